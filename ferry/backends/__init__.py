@@ -1,0 +1,1 @@
+"""Where attempts run: one module per backend, looked up through :mod:`.registry`."""

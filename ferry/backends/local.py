@@ -1,0 +1,339 @@
+"""The local backend: attempts run as process groups on this machine.
+
+The supervisor (one detached process per job) launches the command in its own process group
+with a parent-death signal, tees stdout/stderr line by line with timestamps into the
+attempt's log, and on stop sends SIGTERM to the whole group, then SIGKILL after the grace.
+Being a child subreaper, the supervisor also finds descendants that left the group, so
+nothing the job started outlives it untracked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ferry import defaults
+from ferry.backends.base import Backend, LaunchRequest, RunningAttempt
+from ferry.backends.local_inventory import Inventory, local_inventory
+from ferry.errors import DoesNotFit, FerryError, SpecError
+from ferry.procs import kill_descendants
+from ferry.store.records import Allocation, Job
+from ferry.units import format_size
+
+if TYPE_CHECKING:
+    from ferry.spec import JobSpec
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+# A line without a newline is written out after this long, so prompts and progress show.
+_PARTIAL_FLUSH = 0.5
+# After the main process exits, output still buffered in pipes is read for at most this long.
+_DRAIN_TIMEOUT = 2.0
+
+
+def _prctl(option: int, value: int) -> None:
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(option, value, 0, 0, 0)
+
+
+def become_subreaper() -> None:
+    """Orphaned descendants of this process are re-parented to it, not to init."""
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+
+
+class _Timestamps:
+    """ISO-8601 UTC timestamps with milliseconds, formatted once per second."""
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._prefix = ""
+
+    def now(self) -> bytes:
+        t = time.time()
+        second = int(t)
+        if second != self._second:
+            self._second = second
+            self._prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        return f"{self._prefix}.{int((t - second) * 1000):03d}Z".encode()
+
+
+class LocalAttempt(RunningAttempt):
+    """A process group on this machine and the log it writes."""
+
+    def __init__(self, request: LaunchRequest, wake_fd: int | None) -> None:
+        self._log = os.open(request.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        parent = os.getpid()
+
+        def child_setup() -> None:  # runs in the child between fork and exec
+            os.setpgid(0, 0)
+            _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+            if os.getppid() != parent:  # the supervisor died before prctl took effect
+                os._exit(137)
+            for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
+                signal.signal(sig, signal.SIG_DFL)
+
+        try:
+            self._proc = subprocess.Popen(
+                request.argv,
+                cwd=request.cwd,
+                env=request.env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                preexec_fn=child_setup,
+                close_fds=True,
+            )
+        except FileNotFoundError:
+            os.close(self._log)
+            raise FerryError(
+                f"command not found: {request.argv[0]}",
+                "check the command's first word, or use shell: true for shell syntax",
+            ) from None
+        except PermissionError:
+            os.close(self._log)
+            raise FerryError(
+                f"cannot execute {request.argv[0]}: permission denied",
+                f"make it executable (chmod +x {request.argv[0]}) or run it with its interpreter",
+            ) from None
+        self.pid = self._proc.pid
+        self.handle = str(self.pid)  # the group id equals the leader's pid
+        self._stamps = _Timestamps()
+        self._selector = selectors.DefaultSelector()
+        assert self._proc.stdout is not None and self._proc.stderr is not None
+        self._streams = {
+            self._proc.stdout.fileno(): b"O",
+            self._proc.stderr.fileno(): b"E",
+        }
+        self._partial: dict[int, tuple[bytes, float]] = {}
+        for fd in self._streams:
+            os.set_blocking(fd, False)
+            self._selector.register(fd, selectors.EVENT_READ)
+        self._wake_fd = wake_fd
+        if wake_fd is not None:
+            self._selector.register(wake_fd, selectors.EVENT_READ)
+        self._tail: list[str] = []
+        self.returncode: int | None = None
+        self._killed = False
+
+    # -- output ----------------------------------------------------------------------------
+
+    def _emit(self, tag: bytes, lines: Sequence[bytes]) -> None:
+        stamp = self._stamps.now()
+        out = b"".join(stamp + b" " + tag + b" " + line + b"\n" for line in lines)
+        os.write(self._log, out)
+        for line in lines[-defaults.REASON_LOG_LINES :]:
+            self._tail.append(line.decode("utf-8", "replace"))
+        del self._tail[: -defaults.REASON_LOG_LINES]
+
+    def _read(self, fd: int) -> bool:
+        """Read what is there; False at end of stream."""
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            return True
+        if not chunk:
+            pending, _ = self._partial.pop(fd, (b"", 0.0))
+            if pending:
+                self._emit(self._streams[fd], [pending])
+            self._selector.unregister(fd)
+            return False
+        pending, since = self._partial.get(fd, (b"", 0.0))
+        data = (pending + chunk).replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        *lines, rest = data.split(b"\n")
+        if lines:
+            self._emit(self._streams[fd], lines)
+        if rest:
+            self._partial[fd] = (rest, since if pending and not lines else time.monotonic())
+        else:
+            self._partial.pop(fd, None)
+        return True
+
+    def _flush_partials(self, force: bool = False) -> None:
+        now = time.monotonic()
+        for fd, (pending, since) in list(self._partial.items()):
+            if force or now - since >= _PARTIAL_FLUSH:
+                self._emit(self._streams[fd], [pending])
+                del self._partial[fd]
+
+    def _open_streams(self) -> list[int]:
+        return [fd for fd in self._streams if fd in self._selector.get_map()]
+
+    def pump(self, timeout: float) -> None:
+        """Move output to the log for up to ``timeout`` seconds (returns early on a wake-up)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if self._partial:
+                remaining = min(remaining, _PARTIAL_FLUSH)
+            if not self._open_streams():
+                if remaining > 0 and self._proc.poll() is None:
+                    self._sleep(min(remaining, 0.05))
+                    continue
+                return
+            events = self._selector.select(max(0.0, remaining))
+            woke = False
+            for key, _ in events:
+                if key.fd == self._wake_fd:
+                    woke = True
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(key.fd, 4096)
+                else:
+                    self._read(key.fd)
+            self._flush_partials()
+            if woke or time.monotonic() >= deadline:
+                return
+
+    def _sleep(self, seconds: float) -> None:
+        if self._wake_fd is None:
+            time.sleep(seconds)
+            return
+        ready = selectors.DefaultSelector()
+        ready.register(self._wake_fd, selectors.EVENT_READ)
+        ready.select(seconds)
+        ready.close()
+
+    # -- life ------------------------------------------------------------------------------
+
+    def wait(self, timeout: float) -> int | None:
+        if self.returncode is not None:
+            return self.returncode
+        self.pump(timeout)
+        code = self._proc.poll()
+        if code is None:
+            return None
+        self._finish()
+        self.returncode = code
+        return code
+
+    def _finish(self) -> None:
+        """The main process ended: end what it left behind, then read the last output."""
+        self._signal_group(signal.SIGTERM)
+        end = time.monotonic() + _DRAIN_TIMEOUT
+        while self._open_streams() and time.monotonic() < end:
+            self.pump(end - time.monotonic())
+        if self._open_streams() or self._group_alive():
+            self._signal_group(signal.SIGKILL)
+            while self._open_streams() and time.monotonic() < end + _DRAIN_TIMEOUT:
+                self.pump(0.1)
+        self._flush_partials(force=True)
+        kill_descendants()
+        for fd in self._open_streams():
+            self._selector.unregister(fd)
+        self._selector.close()
+        assert self._proc.stdout is not None and self._proc.stderr is not None
+        self._proc.stdout.close()
+        self._proc.stderr.close()
+        os.close(self._log)
+
+    def _group_alive(self) -> bool:
+        try:
+            os.killpg(self.pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+
+    def _signal_group(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, sig)
+
+    def stop(self) -> None:
+        self._signal_group(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self._killed = True
+        self._signal_group(signal.SIGKILL)
+        kill_descendants()
+
+    def tail(self, lines: int) -> list[str]:
+        return self._tail[-lines:]
+
+
+class LocalBackend(Backend):
+    """Runs attempts on this machine, sharing its CPUs, memory and GPUs between jobs."""
+
+    name = "local"
+    features = frozenset()  # spot, TPUs, buckets and multi-node come with later backends
+
+    @cached_property
+    def inventory(self) -> Inventory:
+        """This machine's resources (read once per process)."""
+        return local_inventory()
+
+    def _check(self, spec: JobSpec) -> None:
+        inv = self.inventory
+        res = spec.resources
+        acc = res.accelerator_request
+        problems = []
+        if res.cpus and res.cpus > inv.cpus:
+            problems.append(f"{res.cpus:g} CPUs")
+        if res.memory and res.memory > inv.memory:
+            problems.append(f"{format_size(res.memory)} memory")
+        if acc and acc.count > inv.gpus:
+            problems.append(f"{acc.count} GPU{'s' if acc.count != 1 else ''}")
+        if problems:
+            fix = "ask for less in resources"
+            if acc and acc.count > inv.gpus:
+                fix += ", or declare GPUs with: ferry config set local.gpus N"
+            raise DoesNotFit(
+                f"the job asks for {' and '.join(problems)}, but this machine has {inv.describe()}",
+                fix,
+            )
+        if acc and inv.gpu_type and acc.name != inv.gpu_type:
+            raise DoesNotFit(
+                f"the job asks for {acc.name} GPUs, but this machine has {inv.gpu_type}",
+                f"ask for {inv.gpu_type}:{acc.count}, or run on a cloud backend",
+            )
+        for name, item in spec.inputs.items():
+            path = Path(item.uri.removeprefix("file://")).expanduser()
+            if not path.exists():
+                raise SpecError(f"input {name!r}: {item.uri} does not exist", "check the path")
+
+    def needs(self, job: Job) -> Allocation:
+        """What the job takes from the inventory while it runs."""
+        res = job.spec.get("resources", {})
+        cpus = res.get("cpus") or min(defaults.DEFAULT_CPUS, self.inventory.cpus)
+        acc = res.get("accelerator")
+        gpus = 0
+        if acc:
+            from ferry.accelerators import parse_accelerator
+
+            gpus = parse_accelerator(acc).count
+        return Allocation(
+            cpus=float(cpus), memory=int(res.get("memory") or 0), gpus=tuple(range(gpus))
+        )
+
+    def admit(self, queued: Sequence[Job], active: Sequence[Job]) -> list[tuple[str, Allocation]]:
+        """FIFO with reservation: a job that does not fit yet holds back what it needs from
+        the jobs behind it, so small jobs fill idle room but never starve a large one."""
+        inv = self.inventory
+        cpus = inv.cpus - sum(j.allocation.cpus for j in active)
+        memory = inv.memory - sum(j.allocation.memory for j in active)
+        used = {i for j in active for i in j.allocation.gpus}
+        free_gpus = [i for i in range(inv.gpus) if i not in used]
+        chosen: list[tuple[str, Allocation]] = []
+        for job in queued:
+            need = self.needs(job)
+            n_gpus = len(need.gpus)
+            if need.cpus <= cpus + 1e-9 and need.memory <= memory and n_gpus <= len(free_gpus):
+                gpus, free_gpus = free_gpus[:n_gpus], free_gpus[n_gpus:]
+                chosen.append((job.id, Allocation(need.cpus, need.memory, tuple(gpus))))
+            else:
+                free_gpus = free_gpus[n_gpus:]
+            cpus -= need.cpus
+            memory -= need.memory
+        return chosen
+
+    def launch(self, request: LaunchRequest, wake_fd: int | None = None) -> LocalAttempt:
+        return LocalAttempt(request, wake_fd)

@@ -1,0 +1,45 @@
+"""One registry of backends: a name maps to ``"module:Class"`` and an install hint.
+
+Modules are imported on first use, so ``import ferry`` never pulls in a cloud SDK; a
+missing extra gives the ``pip install`` line that fixes it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+from ferry.errors import BackendNotInstalled, UsageError
+
+if TYPE_CHECKING:
+    from ferry.backends.base import Backend
+
+# name -> (import path, extra that provides its dependencies or None)
+BACKENDS: dict[str, tuple[str, str | None]] = {
+    "local": ("ferry.backends.local:LocalBackend", None),
+}
+
+
+def known_backends() -> list[str]:
+    """Backend names a spec may use."""
+    return list(BACKENDS)
+
+
+def get_backend(name: str) -> Backend:
+    """An instance of the backend called ``name``."""
+    try:
+        target, extra = BACKENDS[name]
+    except KeyError:
+        raise UsageError(
+            f"unknown backend {name!r}", f"choose one of: {', '.join(known_backends())}"
+        ) from None
+    module_name, _, class_name = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise BackendNotInstalled(
+            f"the {name} backend needs packages that are not installed ({exc.name})",
+            f"pip install 'ferry[{extra}]'" if extra else "reinstall ferry",
+        ) from None
+    backend: Backend = getattr(module, class_name)()
+    return backend

@@ -1,0 +1,1 @@
+"""The ``ferry`` command: one module per command group, wired in :mod:`.main`."""

@@ -1,0 +1,56 @@
+"""``ferry logs JOB``: a job's output, whole, tailed or followed."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ferry.cli._common import add_command, find_job, store_now
+
+EXAMPLE = """\
+  ferry logs digits-cnn-3f9a
+  ferry logs -f dig --tail 20     # the last 20 lines, then follow until it ends
+  ferry logs digits-cnn-3f9a --attempt 1 --timestamps
+"""
+
+
+def register(subparsers: Any) -> None:
+    p = add_command(
+        subparsers,
+        "logs",
+        help="print a job's output (-f to follow)",
+        description="Print a job's output: its latest attempt unless --attempt says which. "
+        "Lines the job wrote to stderr go to stderr.",
+        example=EXAMPLE,
+    )
+    p.add_argument("job", help="job id or unique prefix")
+    p.add_argument("--follow", "-f", action="store_true", help="keep printing until the job ends")
+    p.add_argument("--tail", "-n", type=int, metavar="N", help="only the last N lines")
+    p.add_argument("--attempt", "-a", type=int, metavar="N", help="this attempt (default: latest)")
+    p.add_argument(
+        "--timestamps", "-t", action="store_true", help="prefix each line with its UTC time"
+    )
+    p.set_defaults(handler=logs)
+
+
+def logs(args: argparse.Namespace) -> int:
+    from ferry.api import _attempt_log
+    from ferry.cli._follow import follow, write_lines
+    from ferry.logs import tail
+
+    store = store_now()
+    job = find_job(store, args.job)
+    if args.follow:
+        follow(store, job.id, attempt=args.attempt, timestamps=args.timestamps, tail=args.tail)
+        return 0
+    path = _attempt_log(store, job.id, args.attempt)
+    if path is None:
+        from ferry.cli._common import eprint
+
+        eprint(
+            f"ferry: {job.id} has not started yet ({job.status.value}); "
+            f"wait for output with: ferry logs -f {job.id}"
+        )
+        return 0
+    write_lines(list(tail(path, args.tail)), args.timestamps, split_streams=True)
+    return 0

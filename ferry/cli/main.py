@@ -1,0 +1,107 @@
+"""Entry point of the ``ferry`` command: parse, dispatch, and turn failures into one line.
+
+Every failure a person can cause prints ``ferry: <what is wrong> (<how to fix it>)`` and
+exits 2 for usage errors, 1 otherwise; ``--debug`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from ferry.cli._common import Parser
+from ferry.errors import FerryError
+
+EXAMPLE = """\
+examples:
+  ferry run -- python train.py --epochs 1     # run here, follow the output
+  ferry run job.yaml --detach                  # submit and return
+  ferry jobs --watch                           # live table of jobs
+  ferry logs -f JOB                            # follow a job's output
+  ferry status JOB                             # attempts, reason, outputs
+"""
+
+
+# command name -> module that registers it (imported only when that command runs)
+COMMANDS = {
+    "run": "run",
+    "jobs": "jobs",
+    "status": "status",
+    "logs": "logs",
+    "cancel": "control",
+    "wait": "control",
+    "config": "config_cmd",
+}
+
+
+def build_parser(only: str | None = None) -> Parser:
+    """The parser; with ``only``, just that command's (building all costs start-up time)."""
+    import argparse
+    import importlib
+
+    from ferry import __version__
+
+    parser = Parser(
+        prog="ferry",
+        description="Train here first, then on whatever accelerator fits, from one job spec.",
+        epilog=EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks of failures")
+    parser.add_argument("--version", action="version", version=f"ferry {__version__}")
+    sub = parser.add_subparsers(dest="command_name", metavar="COMMAND", parser_class=Parser)
+    names = [COMMANDS[only]] if only in COMMANDS else list(dict.fromkeys(COMMANDS.values()))
+    for name in names:
+        importlib.import_module(f"ferry.cli.{name}").register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the ``ferry`` command; returns the exit code."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args_list
+    try:
+        return _main(args_list)
+    except FerryError as exc:
+        if debug:
+            raise
+        print(f"ferry: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("ferry: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:
+        if debug:
+            raise
+        print(
+            f"ferry: internal error: {type(exc).__name__}: {exc} "
+            "(rerun with --debug for the traceback, and please report it)",
+            file=sys.stderr,
+        )
+        return 1
+
+
+def _main(argv: list[str]) -> int:
+    from ferry.cli.run import split_command
+
+    options, command = split_command(argv)
+    first = next((a for a in options if not a.startswith("-")), None)
+    parser = build_parser(first)
+    args: Any = parser.parse_args(options)
+    if args.command_name is None:
+        parser.print_help()
+        return 2
+    if command is not None and args.command_name != "run":
+        raise FerryError(
+            f"'ferry {args.command_name}' takes no command after --",
+            f"see: ferry {args.command_name} --help",
+        )
+    args.command = command
+    code: int = args.handler(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,221 @@
+"""``ferry run``: submit a job and follow it (or ``--detach``)."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+from typing import Any
+
+from ferry.cli._common import add_command, eprint
+from ferry.errors import UsageError
+
+DESCRIPTION = """\
+Run a job: from a spec file, a command after --, or both (flags and the command override
+the file). The code folder is snapshotted, the job waits for room on its backend, then
+its output streams here and ferry exits with the job's exit code.
+
+Ctrl-C cancels the job (SIGTERM to its processes, SIGKILL after the grace) and shows its
+last output; a second Ctrl-C stops watching while the cancel completes. Closing the
+terminal leaves the job running: pick it up with `ferry logs -f JOB`.
+"""
+
+EXAMPLE = """\
+  ferry run -- python train.py --epochs 1
+  ferry run job.yaml --accelerator A100:1 --max-runtime 6h
+  JOB=$(ferry run --detach job.yaml) && ferry logs -f "$JOB"
+"""
+
+
+def _pairs(values: list[str] | None, flag: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in values or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"{flag} expects KEY=VALUE, not {item!r}")
+        out[key] = value
+    return out
+
+
+def register(subparsers: Any) -> None:
+    p = add_command(
+        subparsers,
+        "run",
+        help="run a job (here or on a backend) and follow it",
+        description=DESCRIPTION,
+        example=EXAMPLE,
+    )
+    p.add_argument("spec", nargs="?", help="job spec file (YAML)")
+    p.add_argument("--name", help="job name (default: from the spec or the script)")
+    p.add_argument("--code", metavar="DIR", help="folder snapshotted for the job (default: .)")
+    p.add_argument("--backend", help="where to run: local (default from config)")
+    p.add_argument("--accelerator", metavar="KIND[:N]", help="e.g. A100:1, H100:8, tpu-v5e-8")
+    p.add_argument("--cpus", type=float, help="CPU cores per node")
+    p.add_argument("--memory", help="memory per node, e.g. 32GB")
+    p.add_argument(
+        "--spot", action=argparse.BooleanOptionalAction, default=None, help="use spot capacity"
+    )
+    p.add_argument("--nodes", type=int, help="number of nodes")
+    p.add_argument("--input", action="append", metavar="NAME=URI", help="an input (repeatable)")
+    p.add_argument(
+        "--outputs", metavar="URI", help="where results go (default: outputs_root/{job_id})"
+    )
+    p.add_argument(
+        "--env", action="append", metavar="KEY=VALUE", help="environment variable (repeatable)"
+    )
+    p.add_argument(
+        "--secret",
+        action="append",
+        metavar="NAME",
+        help="pass $NAME from here, never stored (repeatable)",
+    )
+    p.add_argument(
+        "--hparam",
+        "-p",
+        action="append",
+        metavar="KEY=VALUE",
+        help="hyperparameter (repeatable; YAML value)",
+    )
+    p.add_argument(
+        "--max-runtime", metavar="DURATION", help="stop the job after this long, e.g. 6h"
+    )
+    p.add_argument("--max-cost", type=float, metavar="USD", help="stop the job at this cost")
+    p.add_argument(
+        "--retries", type=int, metavar="N", help="retries after a failing exit (retries.on_error)"
+    )
+    p.add_argument(
+        "--shell", action="store_true", default=None, help="run the command through /bin/sh"
+    )
+    p.add_argument(
+        "--detach", "-d", action="store_true", help="print the job id and return at once"
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="print the resolved spec and plan; submit nothing"
+    )
+    p.set_defaults(handler=run)
+
+
+def overrides_from(args: argparse.Namespace, command: list[str] | None) -> dict[str, Any]:
+    """Spec fields set by flags."""
+    out: dict[str, Any] = {}
+    for key in ("name", "code", "backend", "outputs", "shell"):
+        if getattr(args, key) is not None:
+            out[key] = getattr(args, key)
+    resources = {
+        k: getattr(args, k)
+        for k in ("accelerator", "cpus", "memory", "spot", "nodes")
+        if getattr(args, k) is not None
+    }
+    if resources:
+        out["resources"] = resources
+    if args.input:
+        out["inputs"] = _pairs(args.input, "--input")
+    if args.env:
+        out["env"] = _pairs(args.env, "--env")
+    if args.secret:
+        out["secrets"] = list(args.secret)
+    if args.hparam:
+        import yaml
+
+        hparams: dict[str, Any] = {}
+        for key, text in _pairs(args.hparam, "--hparam").items():
+            try:
+                hparams[key] = yaml.safe_load(text) if text else ""
+            except yaml.YAMLError:
+                hparams[key] = text
+        out["hyperparameters"] = hparams
+    limits = {}
+    if args.max_runtime is not None:
+        limits["max_runtime"] = args.max_runtime
+    if args.max_cost is not None:
+        limits["max_cost"] = args.max_cost
+    if limits:
+        out["limits"] = limits
+    if args.retries is not None:
+        out["retries"] = {"on_error": args.retries}
+    if command:
+        out["command"] = command
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from ferry.controller import exit_status, submit
+    from ferry.spec import load_spec
+
+    spec = load_spec(args.spec, overrides_from(args, args.command))
+    if args.dry_run:
+        return _dry_run(spec)
+    from ferry.store import open_store
+
+    store = open_store()
+    job = submit(spec, store=store)
+    if args.detach:
+        print(job.id)
+        eprint(f"ferry: submitted {job.id}; follow it with: ferry logs -f {job.id}")
+        return 0
+    eprint(f"ferry: {job.id} on {job.backend}, outputs in {job.outputs}")
+    if job.status.value == "QUEUED":
+        eprint(f"ferry: {job.id} waits for room on {job.backend} (see: ferry jobs --status QUEUED)")
+    job = _follow_with_interrupts(store, job.id)
+    _summary(job)
+    return exit_status(job)
+
+
+def _follow_with_interrupts(store: Any, job_id: str) -> Any:
+    from ferry.cli._follow import follow
+    from ferry.controller import cancel
+
+    presses = 0
+
+    def on_interrupt(signum: int, frame: object) -> None:
+        nonlocal presses
+        presses += 1
+        if presses == 1:
+            eprint(f"\nferry: cancelling {job_id} (Ctrl-C again to stop watching; it still stops)")
+            cancel(store, store.get_job(job_id))
+            return
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        return follow(store, job_id)
+    except KeyboardInterrupt:
+        eprint(f"ferry: stopped watching {job_id}; see it with: ferry status {job_id}")
+        raise SystemExit(130) from None
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _summary(job: Any) -> None:
+    from ferry.cli._common import runtime
+
+    status = job.status.value
+    took = runtime(job)
+    if status == "SUCCEEDED":
+        eprint(f"ferry: {job.id} SUCCEEDED in {took}; model in {job.outputs}/model")
+    else:
+        eprint(f"ferry: {job.id} {status} after {took}: {job.reason}")
+
+
+def _dry_run(spec: Any) -> int:
+    import json
+
+    from ferry import config
+    from ferry.backends.registry import get_backend
+
+    backend_name = spec.backend or config.get("backend")
+    backend = get_backend(backend_name)
+    backend.check(spec)
+    print(json.dumps({"backend": backend_name, "spec": spec.to_json()}, indent=2))
+    eprint(f"ferry: dry run: the {backend_name} backend accepts this job; nothing was submitted")
+    return 0
+
+
+def split_command(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    """``[..., '--', cmd...]`` -> (options, command)."""
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1 :]
+    return argv, None
+
+
+__all__ = ["register", "run", "split_command"]

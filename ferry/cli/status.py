@@ -1,0 +1,155 @@
+"""``ferry status JOB``: everything about one job: attempts, timings, reason, outputs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from ferry.cli._common import (
+    STATUS_STYLE,
+    add_command,
+    find_job,
+    job_json,
+    local_time,
+    resources,
+    runtime,
+    store_now,
+)
+
+EXAMPLE = """\
+  ferry status digits-cnn-3f9a
+  ferry status dig            # a unique prefix is enough
+  ferry status digits-cnn-3f9a --json
+"""
+
+
+def register(subparsers: Any) -> None:
+    p = add_command(
+        subparsers,
+        "status",
+        help="show one job: attempts, timings, reason, outputs",
+        description="Show one job in detail: its status and reason, attempts with their exit "
+        "codes, timings, events, and where its outputs are.",
+        example=EXAMPLE,
+    )
+    p.add_argument("job", help="job id or unique prefix")
+    p.add_argument("--json", action="store_true", help="print JSON for scripts")
+    p.set_defaults(handler=status)
+
+
+def _outputs_summary(outputs: str) -> str:
+    root = Path(outputs)
+    if "://" in outputs or not root.is_dir():
+        return outputs
+    parts = []
+    for name in ("model", "checkpoints", "tensorboard", "output"):
+        folder = root / name
+        files = [Path(d) / f for d, _, fs in os.walk(folder) for f in fs] if folder.is_dir() else []
+        if files:
+            from ferry.units import format_size
+
+            size = sum(f.stat().st_size for f in files if f.exists())
+            parts.append(
+                f"{name}/ {len(files)} file{'s' if len(files) != 1 else ''}, {format_size(size)}"
+            )
+    return outputs + (f"  ({'; '.join(parts)})" if parts else "  (empty)")
+
+
+def status(args: argparse.Namespace) -> int:
+    store = store_now()
+    job = find_job(store, args.job)
+    attempts = store.attempts(job.id)
+    events = store.events(job.id)
+    if args.json:
+        data = job_json(job)
+        data["attempts"] = [
+            {
+                k: getattr(a, k)
+                for k in (
+                    "number",
+                    "status",
+                    "backend",
+                    "host",
+                    "handle",
+                    "started_at",
+                    "ended_at",
+                    "exit_code",
+                    "reason",
+                    "log_path",
+                    "cost",
+                )
+            }
+            for a in attempts
+        ]
+        data["events"] = [
+            {
+                "at": e.at,
+                "kind": e.kind,
+                "from": e.old_status,
+                "to": e.new_status,
+                "message": e.message,
+            }
+            for e in events
+        ]
+        print(json.dumps(data, indent=2, default=str))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    head = Table.grid(padding=(0, 2))
+    head.add_column(style="bold")
+    head.add_column()
+    head.add_row("Job", f"{job.id}  (name {job.name})")
+    head.add_row(
+        "Status",
+        f"[{STATUS_STYLE[job.status.value]}]{job.status.value}[/]"
+        + (f"  exit code {job.exit_code}" if job.exit_code is not None else ""),
+    )
+    if job.reason and job.status.is_terminal():
+        head.add_row("Reason", job.reason)
+    head.add_row("Backend", f"{job.backend}  ({resources(job)})")
+    head.add_row("Command", " ".join(job.command))
+    head.add_row("Submitted", local_time(job.created_at))
+    if job.started_at:
+        head.add_row("Started", local_time(job.started_at))
+    if job.ended_at:
+        head.add_row("Ended", local_time(job.ended_at))
+    head.add_row("Runtime", runtime(job))
+    head.add_row("Outputs", _outputs_summary(job.outputs))
+    head.add_row(
+        "Logs",
+        f"ferry logs {job.id}" + ("  (-f to follow)" if not job.status.is_terminal() else ""),
+    )
+    console.print(head)
+    if attempts:
+        t = Table(title="Attempts", title_justify="left", box=None, header_style="bold")
+        for col in ("#", "STATUS", "HOST", "STARTED", "ENDED", "EXIT", "REASON"):
+            t.add_column(col, overflow="fold")
+        for a in attempts:
+            t.add_row(
+                str(a.number),
+                a.status.value,
+                a.host,
+                local_time(a.started_at),
+                local_time(a.ended_at),
+                "" if a.exit_code is None else str(a.exit_code),
+                a.reason or "",
+            )
+        console.print()
+        console.print(t)
+    if events:
+        t = Table(title="Events", title_justify="left", box=None, header_style="bold")
+        for col in ("TIME", "CHANGE", "WHY"):
+            t.add_column(col, overflow="fold")
+        for e in events:
+            change = (
+                f"{e.old_status or ''} → {e.new_status}".strip(" →") if e.new_status else "note"
+            )
+            t.add_row(local_time(e.at), change.lstrip("→ ").strip(), e.message)
+        console.print()
+        console.print(t)
+    return 0

@@ -1,0 +1,192 @@
+"""FERRY_HOME and the user's defaults (``ferry config get|set|list``).
+
+Settings live in ``$FERRY_HOME/config.toml`` as ``section.key`` entries. Only known keys are
+accepted, each validated by the same parsers as the job spec, so a typo is caught at ``set``
+time rather than when a job starts.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ferry import defaults
+from ferry.errors import FerryError, UsageError
+from ferry.units import parse_duration, parse_size
+
+
+def ferry_home() -> Path:
+    """The folder holding the store, job folders and config; created private (0700)."""
+    home = Path(os.environ.get("FERRY_HOME") or Path.home() / defaults.HOME_DIRNAME)
+    home = home.expanduser().absolute()
+    if not home.is_dir():
+        try:
+            home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise FerryError(
+                f"cannot create FERRY_HOME {home}: {exc.strerror}",
+                "set FERRY_HOME to a writable folder",
+            ) from None
+    return home
+
+
+def _nonneg_int(value: str) -> int:
+    if not value.strip().isdigit():
+        raise ValueError(f"expected a whole number, not {value!r}")
+    return int(value)
+
+
+def _positive_float(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise ValueError(f"expected a number, not {value!r}") from None
+    if not number > 0:
+        raise ValueError(f"expected a number above 0, not {value!r}")
+    return number
+
+
+def _backend_name(value: str) -> str:
+    from ferry.backends.registry import known_backends
+
+    if value not in known_backends():
+        raise ValueError(f"unknown backend {value!r}; known: {', '.join(known_backends())}")
+    return value
+
+
+def _text(value: str) -> str:
+    return value
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One known config key: its parser, default and meaning."""
+
+    parse: Callable[[str], Any]
+    default: Any
+    help: str
+
+
+SETTINGS: dict[str, Setting] = {
+    "backend": Setting(_backend_name, "local", "backend used when a job names none"),
+    "outputs_root": Setting(
+        _text, None, "folder or bucket URI under which each job's outputs go (default: bucket/runs)"
+    ),
+    "local.cpus": Setting(_positive_float, None, "CPU cores local jobs may use (default: all)"),
+    "local.memory": Setting(parse_size, None, "memory local jobs may use (default: all)"),
+    "local.gpus": Setting(
+        _nonneg_int, None, "GPUs local jobs may use; declare them to test scheduling"
+    ),
+    "local.gpu_type": Setting(_text, None, "accelerator name of the declared local GPUs"),
+    "local.stop_grace": Setting(
+        parse_duration, defaults.STOP_GRACE, "seconds between SIGTERM and SIGKILL on stop"
+    ),
+    "snapshot.max_size": Setting(
+        parse_size, defaults.MAX_SNAPSHOT_BYTES, "largest code snapshot accepted"
+    ),
+}
+
+
+def config_path() -> Path:
+    """Where the config file lives."""
+    return ferry_home() / "config.toml"
+
+
+def _check_key(key: str) -> Setting:
+    if key not in SETTINGS:
+        import difflib
+
+        close = difflib.get_close_matches(key, list(SETTINGS), n=1)
+        hint = f"did you mean {close[0]}?" if close else "run: ferry config list"
+        raise UsageError(f"unknown config key {key!r}", hint)
+    return SETTINGS[key]
+
+
+def load_raw() -> dict[str, str]:
+    """The stored settings as ``{"section.key": "text"}``, without defaults."""
+    path = config_path()
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise FerryError(f"cannot read {path}: {exc.strerror}", "check its permissions") from None
+    import tomllib
+
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise FerryError(
+            f"cannot read {path}: {exc}", "fix the file by hand or delete it to start over"
+        ) from None
+    flat: dict[str, str] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            for sub, subvalue in value.items():
+                flat[f"{key}.{sub}"] = str(subvalue)
+        else:
+            flat[key] = str(value)
+    return flat
+
+
+def get(key: str) -> Any:
+    """The parsed value of ``key``: the stored one or its default."""
+    setting = _check_key(key)
+    raw = load_raw().get(key)
+    if raw is None:
+        return setting.default
+    try:
+        return setting.parse(raw)
+    except ValueError as exc:
+        raise FerryError(
+            f"config {key} in {config_path()}: {exc}", f"run: ferry config set {key} VALUE"
+        ) from None
+
+
+def set_value(key: str, value: str | None) -> None:
+    """Validate and store ``key = value``; ``None`` removes the key (back to its default)."""
+    setting = _check_key(key)
+    if value is not None:
+        try:
+            setting.parse(value)
+        except ValueError as exc:
+            raise UsageError(f"config {key}: {exc}") from None
+    raw = load_raw()
+    if value is None:
+        raw.pop(key, None)
+    else:
+        raw[key] = value
+    _write(raw)
+
+
+def _write(flat: dict[str, str]) -> None:
+    top: list[str] = []
+    sections: dict[str, list[str]] = {}
+    for key in sorted(flat):
+        section, _, sub = key.rpartition(".")
+        line = f"{sub or key} = {_toml_string(flat[key])}"
+        if section:
+            sections.setdefault(section, []).append(line)
+        else:
+            top.append(line)
+    text = "\n".join(top) + ("\n" if top else "")
+    for section, lines in sections.items():
+        text += f"\n[{section}]\n" + "\n".join(lines) + "\n"
+    path = config_path()
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _toml_string(value: str) -> str:
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"'
+
+
+def default_outputs_root() -> str:
+    """Where outputs go when neither the spec nor the config says: a local bucket folder."""
+    root = get("outputs_root")
+    return str(root) if root else str(ferry_home() / "bucket" / "runs")

@@ -1,0 +1,93 @@
+"""The single-node contract: FERRY_* variables with their Vertex AI and SageMaker aliases.
+
+Scripts written for Vertex AI (``AIP_MODEL_DIR``...) or SageMaker (``SM_MODEL_DIR``...) find
+the variables they expect, pointing at real local folders.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ferry.procs import hostname
+
+
+@dataclass(frozen=True)
+class JobDirs:
+    """The folders of one job's outputs (local paths)."""
+
+    model: Path
+    checkpoints: Path
+    tensorboard: Path
+    output: Path
+
+    @classmethod
+    def under(cls, outputs: str) -> JobDirs:
+        root = Path(outputs.removeprefix("file://")).expanduser()
+        return cls(root / "model", root / "checkpoints", root / "tensorboard", root / "output")
+
+    def create(self) -> None:
+        for path in (self.model, self.checkpoints, self.tensorboard, self.output):
+            path.mkdir(parents=True, exist_ok=True)
+
+
+def _env_key(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]", "_", name).upper()
+
+
+def _hp_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def contract_env(
+    *,
+    job_id: str,
+    attempt: int,
+    dirs: JobDirs,
+    gpus: tuple[int, ...],
+    cpus: float,
+    hyperparameters: dict[str, Any],
+    inputs: dict[str, str],
+    checkpoint_every: float | None,
+) -> dict[str, str]:
+    """The variables an attempt gets (added to the submitter's environment)."""
+    host = hostname()
+    env = {
+        "FERRY_JOB_ID": job_id,
+        "FERRY_ATTEMPT": str(attempt),
+        "FERRY_MODEL_DIR": str(dirs.model),
+        "FERRY_CHECKPOINT_DIR": str(dirs.checkpoints),
+        "FERRY_TENSORBOARD_DIR": str(dirs.tensorboard),
+        "FERRY_OUTPUT_DIR": str(dirs.output),
+        "FERRY_HPARAMS": json.dumps(hyperparameters, sort_keys=True),
+        "FERRY_NODE_RANK": "0",
+        "FERRY_NUM_NODES": "1",
+        "FERRY_NUM_GPUS": str(len(gpus)),
+        "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in gpus),
+        # Vertex AI custom training
+        "CLOUD_ML_JOB_ID": job_id,
+        "AIP_MODEL_DIR": f"{dirs.model}/",
+        "AIP_CHECKPOINT_DIR": f"{dirs.checkpoints}/",
+        "AIP_TENSORBOARD_LOG_DIR": f"{dirs.tensorboard}/",
+        # SageMaker training toolkit
+        "TRAINING_JOB_NAME": job_id,
+        "SM_MODEL_DIR": str(dirs.model),
+        "SM_OUTPUT_DATA_DIR": str(dirs.output),
+        "SM_NUM_GPUS": str(len(gpus)),
+        "SM_NUM_CPUS": str(max(1, int(cpus))),
+        "SM_HOSTS": json.dumps([host]),
+        "SM_CURRENT_HOST": host,
+        "SM_HPS": json.dumps({k: hyperparameters[k] for k in sorted(hyperparameters)}),
+        "SM_CHANNELS": json.dumps(sorted(inputs)),
+    }
+    if checkpoint_every:
+        env["FERRY_CHECKPOINT_EVERY"] = f"{checkpoint_every:g}"
+    for key, value in hyperparameters.items():
+        env[f"SM_HP_{_env_key(key)}"] = _hp_text(value)
+    for name, path in inputs.items():
+        env[f"FERRY_INPUT_{_env_key(name)}"] = path
+        env[f"SM_CHANNEL_{_env_key(name)}"] = path
+    return env

@@ -1,0 +1,582 @@
+"""One job's life: submission, admission, attempts, retries, limits, cancel and recovery
+of lost supervisors.
+
+This module is the only writer of a job's status. :func:`submit` stores a job and starts a
+supervisor for it when the backend has room; :func:`supervise` is what that detached
+supervisor runs; :func:`reconcile` (called by every ``ferry`` command) turns a supervisor
+that vanished into a lost attempt; :func:`schedule` admits queued jobs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ferry import config, defaults
+from ferry.errors import FerryError, TransitionError, UsageError
+from ferry.procs import environ_of, hostname, start_time
+from ferry.status import ACTIVE, AttemptStatus, JobStatus
+from ferry.store import Job, Store, open_store
+from ferry.store.base import IdTaken
+
+if TYPE_CHECKING:
+    from ferry.backends.local import LocalAttempt
+    from ferry.spec import JobSpec
+
+_S = JobStatus
+_SLUG_RE = re.compile(r"[^a-z0-9]+")
+LAUNCH_FILE = "launch.json"  # private (0600): the submitter's environment and secret values
+
+
+# ---------------------------------------------------------------------------------------
+# Submission
+
+
+def derive_name(command: tuple[str, ...] | list[str]) -> str:
+    """A job name from its command: the script's stem (``train.py`` -> ``train``)."""
+    for word in command:
+        stem = Path(word).stem
+        if word.endswith((".py", ".sh", ".ipynb")) and stem:
+            return stem
+    if len(command) >= 3 and command[1] == "-m":
+        return command[2].rpartition(".")[2]
+    return Path(command[0]).name
+
+
+def _slug(name: str) -> str:
+    slug = _SLUG_RE.sub("-", name.lower()).strip("-")[:40].strip("-")
+    return slug or "job"
+
+
+def jobs_root() -> Path:
+    """Where job folders live."""
+    root = config.ferry_home() / "jobs"
+    root.mkdir(mode=0o700, exist_ok=True)
+    return root
+
+
+def submit(
+    spec: JobSpec, *, store: Store | None = None, environ: dict[str, str] | None = None
+) -> Job:
+    """Store a job, snapshot its code, and start it when its backend has room.
+
+    Args:
+        spec: the validated job spec.
+        store: the job store (default: the one under FERRY_HOME).
+        environ: the environment the job starts from (default: this process's). Secret
+            values are read from it now and kept only in the job's private folder.
+
+    Returns:
+        The stored job (QUEUED, or STARTING if it was admitted at once).
+    """
+    from ferry.backends.registry import get_backend
+
+    store = store or open_store()
+    environ = dict(os.environ if environ is None else environ)
+    if not spec.command:
+        raise UsageError(
+            "the job has no command",
+            "give one after --, e.g. ferry run -- python train.py, or set command: in the spec",
+        )
+    backend_name = spec.backend or str(config.get("backend"))
+    backend = get_backend(backend_name)
+    backend.check(spec)
+    missing = [name for name in spec.secrets if name not in environ]
+    if missing:
+        raise UsageError(
+            f"secret {missing[0]} is not set in this environment",
+            f"export {missing[0]}=... before submitting, or remove it from secrets",
+        )
+    name = spec.name or derive_name(spec.command)
+    spec = spec.with_defaults(name=name, backend=backend_name)
+    reconcile(store)
+
+    root = jobs_root()
+    staging = root / f".incoming-{os.urandom(6).hex()}"
+    staging.mkdir(mode=0o700)
+    try:
+        from ferry.packaging.snapshot import snapshot_code
+
+        max_size = int(config.get("snapshot.max_size"))
+        snapshot_code(spec.code, staging / "code", max_size, skip=(config.ferry_home(),))
+        launch = {"env": {**environ, **spec.env, **{k: environ[k] for k in spec.secrets}}}
+        launch_path = staging / LAUNCH_FILE
+        fd = os.open(launch_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as file:
+            json.dump(launch, file)
+        job = _store_job(store, spec, name, backend_name, staging, root)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    schedule(store, backend_name)
+    return store.get_job(job.id)
+
+
+def _store_job(
+    store: Store, spec: JobSpec, name: str, backend: str, staging: Path, root: Path
+) -> Job:
+    """Give the prepared job folder a fresh id and store the job under it."""
+    outputs_template = spec.outputs or f"{config.default_outputs_root()}/{{job_id}}"
+    for tries in range(100):
+        job_id = f"{_slug(name)}-{os.urandom(2 if tries < 20 else 4).hex()}"
+        job_dir = root / job_id
+        try:
+            staging.rename(job_dir)  # fails if the folder exists: the id is taken
+        except OSError:
+            continue
+        outputs = outputs_template.replace("{job_id}", job_id)
+        if "://" not in outputs:
+            outputs = str(Path(outputs).expanduser().absolute())
+        try:
+            return store.create_job(
+                job_id=job_id,
+                name=name,
+                backend=backend,
+                spec=spec.to_json(),
+                job_dir=str(job_dir),
+                outputs=outputs,
+            )
+        except IdTaken:
+            job_dir.rename(staging)
+    raise FerryError("could not find a free job id", "try again")
+
+
+# ---------------------------------------------------------------------------------------
+# Admission
+
+
+def schedule(store: Store, backend_name: str = "local") -> list[Job]:
+    """Admit the queued jobs that fit now and start a supervisor for each."""
+    from ferry.backends.registry import get_backend
+
+    backend = get_backend(backend_name)
+    admitted = store.admit(backend.admit, backend_name)
+    for job in admitted:
+        try:
+            from ferry.supervisor import spawn_supervisor
+
+            spawn_supervisor(job)
+        except OSError as exc:
+            _finish_job(store, job.id, _S.FAILED, f"could not start its supervisor: {exc}")
+    return admitted
+
+
+# ---------------------------------------------------------------------------------------
+# Cancel
+
+
+def cancel(store: Store, job: Job) -> Job:
+    """Ask a job to stop: a queued job is cancelled at once, a running one is stopped by its
+    supervisor (SIGTERM, grace, SIGKILL)."""
+    if job.status.is_terminal() or job.status is _S.CANCELLING:
+        return job
+    if job.status is _S.QUEUED:
+        try:
+            return _finish_job(store, job.id, _S.CANCELLED, "cancelled while queued", {_S.QUEUED})
+        except TransitionError:
+            job = store.get_job(job.id)  # admitted meanwhile: stop it like a running one
+    try:
+        job = store.transition(
+            job.id, _S.CANCELLING, expected=ACTIVE - {_S.CANCELLING}, reason="cancel requested"
+        )
+    except TransitionError:
+        return store.get_job(job.id)
+    if job.supervisor_pid and job.supervisor_host == hostname():
+        try:
+            os.kill(job.supervisor_pid, signal.SIGUSR1)  # wake it now rather than at its next poll
+        except (ProcessLookupError, PermissionError):
+            pass
+    return job
+
+
+def _finish_job(
+    store: Store,
+    job_id: str,
+    status: JobStatus,
+    reason: str,
+    expected: frozenset[JobStatus] | set[JobStatus] | None = None,
+    **fields: Any,
+) -> Job:
+    job = store.transition(
+        job_id,
+        status,
+        expected=expected or (ACTIVE | {_S.QUEUED}),
+        reason=reason,
+        ended_at=time.time(),
+        **fields,
+    )
+    launch = Path(job.job_dir) / LAUNCH_FILE
+    launch.unlink(missing_ok=True)
+    return job
+
+
+# ---------------------------------------------------------------------------------------
+# Lost supervisors
+
+
+def supervisor_alive(job: Job) -> bool:
+    """Whether the job's supervisor still runs (heartbeat TTL for other hosts)."""
+    now = time.time()
+    if job.supervisor_pid is None:
+        # Admitted, but its supervisor never registered: the admitting process died.
+        return now - job.updated_at < defaults.START_TIMEOUT
+    if job.supervisor_host == hostname():
+        started = start_time(job.supervisor_pid)
+        return started is not None and abs(started - (job.supervisor_started or started)) < 1.0
+    beat = job.heartbeat_at or job.updated_at
+    return now - beat < defaults.HEARTBEAT_INTERVAL + defaults.HEARTBEAT_GRACE
+
+
+def _kill_orphans(job: Job, pgid: str | None) -> None:
+    """Kill what is left of a lost attempt's process group (only if it is that job's)."""
+    if not pgid or not pgid.isdigit():
+        return
+    marker = f"FERRY_JOB_ID={job.id}".encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        try:
+            if os.getpgid(pid) == int(pgid) and marker in environ_of(pid):
+                os.kill(pid, signal.SIGKILL)
+        except OSError:
+            continue
+
+
+def reconcile(store: Store) -> list[Job]:
+    """Turn jobs whose supervisor vanished (kill -9, reboot) into lost attempts, then admit
+    queued jobs into the room they held. Returns the jobs found lost."""
+    lost: list[Job] = []
+    active = store.list_jobs(ACTIVE)
+    if not active:
+        return lost
+    for job in active:
+        if job.backend != "local" or supervisor_alive(job):
+            continue
+        attempts = store.attempts(job.id)
+        last = attempts[-1] if attempts else None
+        if last and not last.status.is_terminal():
+            _kill_orphans(job, last.handle)
+            store.update_attempt(
+                job.id,
+                last.number,
+                status=AttemptStatus.LOST,
+                ended_at=time.time(),
+                reason="supervisor lost",
+            )
+        try:
+            reason = "supervisor lost (it stopped without recording how the job ended)"
+            if job.status is _S.CANCELLING:
+                lost.append(_finish_job(store, job.id, _S.CANCELLED, "cancelled; " + reason))
+            else:
+                lost.append(_finish_job(store, job.id, _S.FAILED, reason))
+        except TransitionError:
+            continue  # its supervisor finished it meanwhile
+    if lost:
+        for backend in sorted({job.backend for job in lost}):
+            schedule(store, backend)
+    return lost
+
+
+# ---------------------------------------------------------------------------------------
+# The supervisor's work
+
+
+def describe_exit(code: int) -> str:
+    """``'exit code 3'`` or ``'killed by SIGKILL'``."""
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"killed by {name}"
+    return f"exit code {code}"
+
+
+def exit_status(job: Job) -> int:
+    """The exit code a shell should see for a finished job (``ferry run``, ``ferry wait``)."""
+    if job.status is _S.SUCCEEDED:
+        return 0
+    if job.status is _S.CANCELLED:
+        return 130
+    if job.reason and job.reason.startswith("max_runtime"):
+        return 124
+    if job.exit_code is not None and job.exit_code != 0:
+        return job.exit_code if job.exit_code > 0 else 128 - job.exit_code
+    return 1
+
+
+@dataclass
+class Control:
+    """Flags set by the supervisor's signal handlers."""
+
+    wake_read: int  # becomes readable when a signal arrives (signal.set_wakeup_fd)
+    woken: bool = False  # SIGUSR1 arrived: look at the store now (cancel)
+    terminated: int = 0  # the signal that asked the supervisor itself to stop
+
+
+def _failure_reason(code: int, tail: list[str], killed_by_us: bool) -> str:
+    reason = describe_exit(code)
+    if code == -signal.SIGKILL and not killed_by_us:
+        reason += " (out of memory?)"
+    lines = [line.strip()[:200] for line in tail if line.strip()]
+    if lines:
+        reason += " (last log lines: " + " | ".join(lines[-defaults.REASON_LOG_LINES :]) + ")"
+    return reason
+
+
+def _command_argv(spec: dict[str, Any]) -> list[str]:
+    command = [str(w) for w in spec["command"]]
+    if spec.get("shell"):
+        import shlex
+
+        return ["/bin/sh", "-c", command[0] if len(command) == 1 else shlex.join(command)]
+    return command
+
+
+def _launch_env(job: Job) -> dict[str, str]:
+    try:
+        with open(Path(job.job_dir) / LAUNCH_FILE) as file:
+            env: dict[str, str] = json.load(file)["env"]
+    except (OSError, ValueError, KeyError):
+        env = {k: v for k, v in os.environ.items()}
+    # `python` in the command means the interpreter Ferry runs with (environment: current).
+    bin_dir = str(Path(sys.executable).parent)
+    path = env.get("PATH", os.defpath)
+    if path.split(os.pathsep)[0] != bin_dir:
+        env["PATH"] = bin_dir + os.pathsep + path
+    return env
+
+
+def supervise(job_id: str, control: Control) -> None:
+    """Run a job's attempts to the end. Called in the detached supervisor process."""
+    from ferry.backends.base import LaunchRequest
+    from ferry.backends.local import LocalBackend, become_subreaper
+    from ferry.contract.env import JobDirs, contract_env
+
+    store = open_store()
+    job = store.get_job(job_id)
+    store.update_job(
+        job_id,
+        supervisor_pid=os.getpid(),
+        supervisor_host=hostname(),
+        supervisor_started=start_time(os.getpid()),
+        heartbeat_at=time.time(),
+    )
+    become_subreaper()
+    backend = LocalBackend()
+    spec = job.spec
+    base_env = _launch_env(job)
+    dirs = JobDirs.under(job.outputs)
+    grace = float(config.get("local.stop_grace"))
+    max_runtime = (spec.get("limits") or {}).get("max_runtime")
+    retries_left = int((spec.get("retries") or {}).get("on_error", 0))
+    inputs = {
+        name: str(Path(item["uri"].removeprefix("file://")).expanduser().absolute())
+        for name, item in (spec.get("inputs") or {}).items()
+    }
+    try:
+        dirs.create()
+    except OSError as exc:
+        _finish_job(store, job_id, _S.FAILED, f"cannot create outputs in {job.outputs}: {exc}")
+        return
+    errors = 0
+    while True:
+        job = store.get_job(job_id)
+        if job.status is _S.CANCELLING:
+            _finish_job(store, job_id, _S.CANCELLED, "cancelled before it started")
+            return
+        attempt = store.add_attempt(job_id, backend="local", host=hostname(), log_dir=job.job_dir)
+        env = {
+            **base_env,
+            **contract_env(
+                job_id=job_id,
+                attempt=attempt.number,
+                dirs=dirs,
+                gpus=job.allocation.gpus,
+                cpus=job.allocation.cpus,
+                hyperparameters=spec.get("hyperparameters") or {},
+                inputs=inputs,
+                checkpoint_every=(spec.get("checkpoint") or {}).get("every"),
+            ),
+        }
+        request = LaunchRequest(
+            job=job,
+            attempt=attempt.number,
+            argv=_command_argv(spec),
+            cwd=str(Path(job.job_dir) / "code"),
+            env=env,
+            log_path=attempt.log_path,
+        )
+        try:
+            running = backend.launch(request, control.wake_read)
+        except FerryError as exc:
+            store.update_attempt(
+                job_id,
+                attempt.number,
+                status=AttemptStatus.FAILED,
+                ended_at=time.time(),
+                reason=exc.message,
+            )
+            Path(attempt.log_path).write_text("")
+            _finish_job(store, job_id, _S.FAILED, str(exc))
+            return
+        store.update_attempt(
+            job_id, attempt.number, status=AttemptStatus.RUNNING, handle=running.handle
+        )
+        try:
+            job = store.transition(
+                job_id,
+                _S.RUNNING,
+                expected={_S.STARTING, _S.RECOVERING},
+                started_at=job.started_at or time.time(),
+            )
+        except TransitionError:
+            job = store.get_job(job_id)  # cancel arrived while launching; handled below
+        outcome, code = _watch(store, job, running, control, grace, max_runtime)
+        now = time.time()
+        if outcome == "exited" and code == 0:
+            store.update_attempt(
+                job_id, attempt.number, status=AttemptStatus.SUCCEEDED, ended_at=now, exit_code=0
+            )
+            _finish_job(store, job_id, _S.SUCCEEDED, "exit code 0", exit_code=0)
+            return
+        if outcome == "cancelled":
+            store.update_attempt(
+                job_id,
+                attempt.number,
+                status=AttemptStatus.CANCELLED,
+                ended_at=now,
+                exit_code=code,
+                reason="cancelled",
+            )
+            _finish_job(store, job_id, _S.CANCELLED, "cancelled", exit_code=code)
+            return
+        if outcome == "timeout":
+            reason = f"max_runtime {_fmt_seconds(max_runtime)} reached"
+            store.update_attempt(
+                job_id,
+                attempt.number,
+                status=AttemptStatus.TIMED_OUT,
+                ended_at=now,
+                exit_code=code,
+                reason=reason,
+            )
+            _finish_job(store, job_id, _S.FAILED, reason, exit_code=code)
+            return
+        if outcome == "stopped":
+            reason = f"its supervisor was stopped by {signal.Signals(control.terminated).name}"
+            store.update_attempt(
+                job_id,
+                attempt.number,
+                status=AttemptStatus.FAILED,
+                ended_at=now,
+                exit_code=code,
+                reason=reason,
+            )
+            _finish_job(store, job_id, _S.FAILED, reason, exit_code=code)
+            return
+        reason = _failure_reason(code, running.tail(defaults.REASON_LOG_LINES), running._killed)
+        store.update_attempt(
+            job_id,
+            attempt.number,
+            status=AttemptStatus.FAILED,
+            ended_at=now,
+            exit_code=code,
+            reason=reason,
+        )
+        if errors < retries_left:
+            errors += 1
+            try:
+                store.transition(
+                    job_id,
+                    _S.RECOVERING,
+                    expected={_S.RUNNING},
+                    reason=f"retry {errors} of {retries_left} after {reason}",
+                )
+            except TransitionError:
+                continue  # cancelled meanwhile: the loop's first check finishes it
+            _backoff(store, job_id, errors, control)
+            continue
+        _finish_job(store, job_id, _S.FAILED, reason, exit_code=code)
+        return
+
+
+def _fmt_seconds(seconds: float | None) -> str:
+    from ferry.units import format_duration
+
+    return format_duration(seconds or 0)
+
+
+def _backoff(store: Store, job_id: str, n: int, control: Control) -> None:
+    """Wait before retry ``n`` (1 s, 2 s, 4 s ... at most 30 s), or until a cancel arrives."""
+    import selectors
+
+    end = time.monotonic() + min(2 ** (n - 1), 30)
+    selector = selectors.DefaultSelector()
+    selector.register(control.wake_read, selectors.EVENT_READ)
+    while time.monotonic() < end:
+        selector.select(min(defaults.CONTROL_POLL, end - time.monotonic()))
+        if store.get_job(job_id).status is _S.CANCELLING or control.terminated:
+            break
+    selector.close()
+
+
+def _watch(
+    store: Store,
+    job: Job,
+    running: LocalAttempt,
+    control: Control,
+    grace: float,
+    max_runtime: float | None,
+) -> tuple[str, int]:
+    """Wait for the attempt, heartbeating, and stop it on cancel, timeout or SIGTERM."""
+    deadline = (job.started_at or time.time()) + max_runtime if max_runtime else None
+    last_beat = last_control = time.monotonic()
+    stopping: str | None = None
+    stop_sent = 0.0
+    while True:
+        now_wall = time.time()
+        waits = [defaults.HEARTBEAT_INTERVAL, defaults.CONTROL_POLL]
+        if deadline and not stopping:
+            waits.append(max(0.0, deadline - now_wall))
+        if stopping:
+            waits.append(max(0.0, stop_sent + grace - time.monotonic()))
+        code = running.wait(min(waits))
+        if code is not None:
+            return (stopping or "exited"), code
+        mono = time.monotonic()
+        if mono - last_beat >= defaults.HEARTBEAT_INTERVAL:
+            store.update_job(job.id, heartbeat_at=time.time())
+            last_beat = mono
+        if stopping is None:
+            if control.terminated:
+                stopping = "stopped"
+            elif deadline and time.time() >= deadline:
+                stopping = "timeout"
+            elif mono - last_control >= defaults.CONTROL_POLL or _woken(control):
+                last_control = mono
+                if store.get_job(job.id).status is _S.CANCELLING:
+                    stopping = "cancelled"
+            if stopping:
+                store.add_event(
+                    job.id,
+                    f"stopping the attempt ({stopping}): SIGTERM, then SIGKILL after {grace:g}s",
+                )
+                running.stop()
+                stop_sent = mono
+        elif mono - stop_sent >= grace:
+            running.kill()
+
+
+def _woken(control: Control) -> bool:
+    woken, control.woken = control.woken, False
+    return woken

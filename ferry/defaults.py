@@ -1,0 +1,41 @@
+"""Constants in one place, each with the reason for its value."""
+
+from __future__ import annotations
+
+# Where Ferry keeps its store, job folders and config unless FERRY_HOME says otherwise.
+HOME_DIRNAME = ".ferry"
+
+# The supervisor refreshes its heartbeat this often (seconds) ...
+HEARTBEAT_INTERVAL = 2.0
+# ... and is presumed lost when the heartbeat is older than interval + grace and its
+# process cannot be found (rq's rule: TTL = interval + grace).
+HEARTBEAT_GRACE = 10.0
+
+# How long a job gets between SIGTERM and SIGKILL when it is stopped (cancel, max_runtime).
+STOP_GRACE = 10.0
+
+# A code snapshot larger than this is refused (config: snapshot.max_size).
+MAX_SNAPSHOT_BYTES = 200 * 1024**2
+
+# The CLI polls the attempt log this often while following it (seconds): small enough that
+# `ferry run` adds little latency, large enough to cost nothing measurable.
+FOLLOW_POLL = 0.01
+
+# A supervisor looks at the store for a cancel request at least this often (seconds);
+# `ferry cancel` also wakes it at once with SIGUSR1.
+CONTROL_POLL = 0.5
+
+# Lines of the log kept in a failed attempt's reason.
+REASON_LOG_LINES = 5
+
+# SQLite waits this long for a lock before giving up (milliseconds). Many concurrent
+# `ferry` processes each hold the write lock for well under a millisecond.
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+# CPUs a job asks for when its spec says nothing: one core keeps a laptop responsive and
+# makes the local queue behave like `xargs -P <cores>`.
+DEFAULT_CPUS = 1.0
+
+# A job whose id was claimed at submit but whose supervisor never registered is lost
+# after this many seconds (the submitting process died between the two steps).
+START_TIMEOUT = 60.0

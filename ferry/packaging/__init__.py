@@ -1,0 +1,1 @@
+"""Environments and code: the snapshot of a job's code folder (container images later)."""

@@ -1,0 +1,133 @@
+"""Snapshot a job's ``code`` folder into its job folder at submit time.
+
+The copy respects ``.gitignore`` and ``.ferryignore`` files (at any depth, git's pattern
+rules) and always leaves out VCS folders and Python caches, so the job runs the code as it
+was when submitted even if the user edits files afterwards. A snapshot over the size limit
+is refused with the biggest files named.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from ferry.errors import FerryError, SpecError
+from ferry.units import format_size
+
+_ALWAYS_IGNORED = {
+    ".git",
+    ".hg",
+    ".svn",
+    "__pycache__",
+    ".ferry",
+    ".mypy_cache",
+    ".pytest_cache",
+    ".ruff_cache",
+}
+_IGNORE_FILES = (".gitignore", ".ferryignore")
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What was copied."""
+
+    files: int
+    bytes: int
+
+
+def _ignore_spec(folder: Path) -> object | None:
+    lines: list[str] = []
+    for name in _IGNORE_FILES:
+        try:
+            lines += (folder / name).read_text(errors="replace").splitlines()
+        except (FileNotFoundError, IsADirectoryError, PermissionError):
+            continue
+    if not lines:
+        return None
+    import pathspec
+
+    return pathspec.GitIgnoreSpec.from_lines(lines)
+
+
+def _collect(root: Path, skip: set[Path]) -> list[tuple[Path, int]]:
+    """Files to copy (relative path, size), honouring ignore files at every level."""
+    found: list[tuple[Path, int]] = []
+    # each entry: (folder the spec belongs to, spec)
+    stack: list[tuple[Path, list[tuple[Path, object]]]] = [(root, [])]
+    while stack:
+        folder, specs = stack.pop()
+        own = _ignore_spec(folder)
+        if own is not None:
+            specs = [*specs, (folder, own)]
+        try:
+            entries = list(os.scandir(folder))
+        except PermissionError:
+            continue
+        for entry in entries:
+            path = Path(entry.path)
+            if entry.name in _ALWAYS_IGNORED or path in skip:
+                continue
+            is_dir = entry.is_dir(follow_symlinks=False)
+            if _ignored(path, is_dir, specs):
+                continue
+            if is_dir:
+                stack.append((path, specs))
+            elif entry.is_symlink():
+                found.append((path.relative_to(root), 0))
+            elif entry.is_file(follow_symlinks=False):
+                found.append((path.relative_to(root), entry.stat(follow_symlinks=False).st_size))
+    return found
+
+
+def _ignored(path: Path, is_dir: bool, specs: list[tuple[Path, object]]) -> bool:
+    for base, spec in reversed(specs):  # the deepest ignore file speaks first
+        rel = path.relative_to(base).as_posix() + ("/" if is_dir else "")
+        if spec.match_file(rel):  # type: ignore[attr-defined]
+            return True
+    return False
+
+
+def snapshot_code(
+    code: str | Path, dest: Path, max_bytes: int, skip: tuple[Path, ...] = ()
+) -> Snapshot:
+    """Copy ``code`` into ``dest`` (created); refuse if larger than ``max_bytes``."""
+    root = Path(code).expanduser().absolute()
+    if not root.exists():
+        raise SpecError(f"code folder {code} does not exist", "check code: in the spec, or --code")
+    if not root.is_dir():
+        raise SpecError(
+            f"code {code} is a file, not a folder", "set code: to the folder holding it"
+        )
+    files = _collect(root, {p.absolute() for p in skip})
+    total = sum(size for _, size in files)
+    if total > max_bytes:
+        biggest = sorted(files, key=lambda f: -f[1])[:3]
+        names = ", ".join(f"{p} ({format_size(s)})" for p, s in biggest)
+        raise FerryError(
+            f"the code folder {root} holds {format_size(total)} to snapshot, over the "
+            f"{format_size(max_bytes)} limit; biggest: {names}",
+            "list data and outputs in .ferryignore (use inputs: for data), or raise the limit "
+            "with: ferry config set snapshot.max_size 1GB",
+        )
+    dest.mkdir(parents=True, exist_ok=True)
+    made: set[Path] = set()
+    for rel, _ in files:
+        src = root / rel
+        target = dest / rel
+        parent = target.parent
+        if parent not in made:
+            parent.mkdir(parents=True, exist_ok=True)
+            made.add(parent)
+        try:
+            if src.is_symlink():
+                os.symlink(os.readlink(src), target)
+            else:
+                shutil.copyfile(src, target)
+                mode = stat.S_IMODE(src.stat().st_mode)
+                os.chmod(target, mode | stat.S_IRUSR | stat.S_IWUSR)
+        except OSError as exc:
+            raise FerryError(f"cannot copy {src} into the job's snapshot: {exc.strerror}") from None
+    return Snapshot(files=len(files), bytes=total)

@@ -1,0 +1,106 @@
+"""Small process facts read straight from /proc (Linux), with psutil as the fallback.
+
+These sit on the hot path of every job (start, end, liveness checks), where importing
+psutil would cost more than the work itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from functools import cache
+
+
+@cache
+def _boot_time() -> float:
+    with open("/proc/stat", "rb") as file:
+        for line in file:
+            if line.startswith(b"btime"):
+                return float(line.split()[1])
+    raise OSError("no btime in /proc/stat")
+
+
+def start_time(pid: int) -> float | None:
+    """When process ``pid`` started (epoch seconds), or None if it does not exist."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            stat = file.read()
+        # the command name (field 2) may hold spaces and parentheses: split after the last ')'
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        if fields[0] == b"Z":  # a zombie has ended
+            return None
+        return _boot_time() + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import psutil
+
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return float(proc.create_time())
+    except Exception:  # psutil.NoSuchProcess, AccessDenied
+        return None
+
+
+def children(pid: int) -> list[int]:
+    """Direct children of ``pid``."""
+    try:
+        found: list[int] = []
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children", "rb") as file:
+                found += [int(c) for c in file.read().split()]
+        return found
+    except OSError:
+        pass
+    try:
+        import psutil
+
+        return [c.pid for c in psutil.Process(pid).children()]
+    except Exception:
+        return []
+
+
+def kill_descendants() -> None:
+    """SIGKILL every process below this one and reap them (this process is a subreaper, so
+    that includes those that left the job's process group)."""
+    for _ in range(10):  # killed processes' orphans re-parent to us: repeat until none
+        pending = children(os.getpid())
+        if not pending:
+            break
+        stack = list(pending)
+        while stack:
+            pid = stack.pop()
+            stack += children(pid)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        for pid in pending:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+
+
+def hostname() -> str:
+    """This machine's name (as ``socket.gethostname()``, without importing socket)."""
+    return os.uname().nodename
+
+
+def total_memory() -> int:
+    """Physical memory of this machine in bytes."""
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        import psutil
+
+        return int(psutil.virtual_memory().total)
+
+
+def environ_of(pid: int) -> list[bytes]:
+    """The environment entries of a process (``b'KEY=value'``), empty if unreadable."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as file:
+            return file.read().split(b"\0")
+    except OSError:
+        return []

@@ -1,0 +1,386 @@
+"""JobSpec: what the user asks for, from a YAML file and CLI flags (flags win).
+
+Every field of DESIGN.md's job spec is here. Sizes, durations and accelerators are parsed
+into plain values (bytes, seconds, ``"A100:1"``) so the stored spec is unambiguous. Invalid
+input raises :class:`ferry.errors.SpecError` naming the field and what would be valid;
+a backend that cannot honour a field refuses the job itself (nothing is silently ignored).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import shlex
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from ferry.accelerators import Accelerator, parse_accelerator
+from ferry.errors import SpecError
+from ferry.units import parse_duration, parse_size
+
+_NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_INPUT_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,62}$")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+
+
+class Environment(_Model):
+    """Where the command's software comes from; exactly one of the three."""
+
+    python: Literal["current"] | None = None  # the interpreter and packages Ferry runs in
+    requirements: str | None = None  # a requirements.txt inside `code`
+    image: str | None = None  # a container image
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Environment:
+        chosen = [k for k in ("python", "requirements", "image") if getattr(self, k)]
+        if len(chosen) > 1:
+            raise ValueError(
+                f"choose one of python, requirements, image, not {' and '.join(chosen)}"
+            )
+        return self
+
+    @property
+    def kind(self) -> str:
+        """``"python"``, ``"requirements"`` or ``"image"``."""
+        for key in ("requirements", "image"):
+            if getattr(self, key):
+                return key
+        return "python"
+
+
+class Resources(_Model):
+    """What one node of the job needs."""
+
+    accelerator: str | None = None  # canonical "A100:1" / "tpu-v5e-8"
+    cpus: float | None = Field(default=None, gt=0)
+    memory: int | None = None  # bytes
+    spot: bool = False
+    nodes: int = Field(default=1, ge=1)
+
+    @field_validator("accelerator", mode="before")
+    @classmethod
+    def _accelerator(cls, value: object) -> str | None:
+        if value is None:
+            return None
+        return str(parse_accelerator(value))
+
+    @field_validator("memory", mode="before")
+    @classmethod
+    def _memory(cls, value: object) -> int | None:
+        if value is None:
+            return None
+        size = parse_size(value)
+        if size <= 0:
+            raise ValueError(f"expected a size above 0, not {value!r}")
+        return size
+
+    @property
+    def accelerator_request(self) -> Accelerator | None:
+        """The parsed accelerator, or ``None`` for a CPU-only job."""
+        return parse_accelerator(self.accelerator) if self.accelerator else None
+
+    @property
+    def gpu_count(self) -> int:
+        """GPUs per node (0 for CPU-only and TPU jobs)."""
+        acc = self.accelerator_request
+        return acc.count if acc and not acc.is_tpu else 0
+
+
+class Input(_Model):
+    """One input: a URI or path, and how the job gets it."""
+
+    uri: str = Field(min_length=1)
+    mode: Literal["copy", "mount", "stream"] = "copy"
+
+
+class Limits(_Model):
+    """When Ferry stops the job on its own."""
+
+    max_runtime: float | None = None  # seconds
+    max_cost: float | None = Field(default=None, gt=0)  # USD
+
+    @field_validator("max_runtime", mode="before")
+    @classmethod
+    def _runtime(cls, value: object) -> float | None:
+        return None if value is None else parse_duration(value)
+
+
+class Retries(_Model):
+    """How many times a failed attempt is started again."""
+
+    on_preemption: int = Field(default=20, ge=0)
+    on_error: int = Field(default=0, ge=0)
+
+
+class Checkpoint(_Model):
+    """A hint to the runtime: how often the script should save."""
+
+    every: float | None = None  # seconds
+
+    @field_validator("every", mode="before")
+    @classmethod
+    def _every(cls, value: object) -> float | None:
+        return None if value is None else parse_duration(value)
+
+
+class JobSpec(_Model):
+    """A job as asked for: the command, its code, resources, data and limits."""
+
+    name: str | None = None
+    code: str = "."
+    command: tuple[str, ...] | None = None
+    shell: bool = False
+    environment: Environment = Environment()
+    resources: Resources = Resources()
+    inputs: dict[str, Input] = {}
+    outputs: str | None = None
+    hyperparameters: dict[str, Any] = {}
+    env: dict[str, str] = {}
+    secrets: tuple[str, ...] = ()
+    limits: Limits = Limits()
+    retries: Retries = Retries()
+    checkpoint: Checkpoint = Checkpoint()
+    backend: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str | None) -> str | None:
+        if value is not None and not _NAME_RE.match(value):
+            raise ValueError(
+                f"{value!r} is not a job name: use letters, digits, '.', '_' or '-' "
+                "(at most 63, starting with a letter or digit)"
+            )
+        return value
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _command(cls, value: object) -> tuple[str, ...] | None:
+        if value is None:
+            return None
+        if isinstance(value, str):
+            try:
+                parts = shlex.split(value)
+            except ValueError as exc:
+                raise ValueError(f"cannot split {value!r} into words: {exc}") from None
+        elif isinstance(value, list | tuple) and all(
+            isinstance(v, str | int | float) and not isinstance(v, bool) for v in value
+        ):
+            parts = [str(v) for v in value]
+        else:
+            raise ValueError("expected a command line (text) or a list of words")
+        if not parts:
+            raise ValueError("the command is empty")
+        return tuple(parts)
+
+    @field_validator("inputs", mode="before")
+    @classmethod
+    def _inputs(cls, value: object) -> object:
+        if not isinstance(value, dict):
+            return value
+        out: dict[object, object] = {}
+        for key, item in value.items():
+            if not isinstance(key, str) or not _INPUT_NAME_RE.match(key):
+                raise ValueError(
+                    f"input name {key!r} must start with a letter and hold only letters, "
+                    "digits, '_' or '-'"
+                )
+            out[key] = {"uri": item} if isinstance(item, str) else item
+        return out
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env(cls, value: object) -> object:
+        if not isinstance(value, dict):
+            return value
+        out: dict[str, str] = {}
+        for key, item in value.items():
+            if not isinstance(key, str) or not _ENV_NAME_RE.match(key):
+                raise ValueError(f"{key!r} is not an environment variable name")
+            if isinstance(item, dict | list | tuple) or item is None:
+                raise ValueError(f"{key}: expected text or a number, not {item!r}")
+            out[key] = str(item).lower() if isinstance(item, bool) else str(item)
+        return out
+
+    @field_validator("secrets", mode="before")
+    @classmethod
+    def _secrets(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = [value]
+        if isinstance(value, list | tuple):
+            for item in value:
+                if not isinstance(item, str) or not _ENV_NAME_RE.match(item):
+                    raise ValueError(f"{item!r} is not an environment variable name")
+        return value
+
+    @field_validator("hyperparameters", mode="before")
+    @classmethod
+    def _hparams(cls, value: object) -> object:
+        if isinstance(value, dict):
+            import json
+
+            for key in value:
+                if not isinstance(key, str) or not key:
+                    raise ValueError(f"hyperparameter name {key!r} must be text")
+            try:
+                json.dumps(value, allow_nan=False)
+            except (TypeError, ValueError):
+                raise ValueError(
+                    "hyperparameter values must be numbers, text, booleans, lists or maps"
+                ) from None
+        return value
+
+    @field_validator("backend")
+    @classmethod
+    def _backend(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        from ferry.backends.registry import known_backends
+
+        if value not in known_backends():
+            close = difflib.get_close_matches(value, known_backends(), n=1)
+            hint = f"did you mean {close[0]}?" if close else ""
+            raise ValueError(
+                f"unknown backend {value!r}; known: {', '.join(known_backends())}. {hint}".strip()
+            )
+        return value
+
+    def with_defaults(self, *, name: str, backend: str) -> JobSpec:
+        """A copy with the name and backend filled in (as stored with the job)."""
+        return self.model_copy(
+            update={"name": self.name or name, "backend": self.backend or backend}
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The spec as plain JSON data (what the store keeps)."""
+        return self.model_dump(mode="json")
+
+
+# ---------------------------------------------------------------------------------------
+# Loading
+
+
+def _fields_of(model: type[BaseModel], path: tuple[Any, ...]) -> list[str]:
+    """Known field names at ``path`` (for 'did you mean' on unknown fields)."""
+    current: Any = model
+    for part in path:
+        fields = getattr(current, "model_fields", None)
+        if not fields or part not in fields:
+            return []
+        annotation = fields[part].annotation
+        current = next(
+            (
+                a
+                for a in getattr(annotation, "__args__", (annotation,))
+                if hasattr(a, "model_fields")
+            ),
+            None,
+        )
+        if current is None:
+            return []
+    return list(getattr(current, "model_fields", {}))
+
+
+def _describe(error: Any, source: str) -> str:
+    loc = tuple(error["loc"])
+    field = ".".join(str(p) for p in loc) or "spec"
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        known = _fields_of(JobSpec, loc[:-1])
+        close = difflib.get_close_matches(str(loc[-1]), known, n=1)
+        hint = f"did you mean {close[0]}?" if close else f"known fields: {', '.join(known)}"
+        return f"{source}: unknown field {field!r} ({hint})"
+    message = str(error["msg"])
+    for prefix in ("Value error, ", "Assertion failed, "):
+        message = message.removeprefix(prefix)
+    if kind in ("model_type", "model_attributes_type", "dict_type"):
+        message = "expected a mapping of fields (key: value)"
+    elif kind == "missing":
+        message = "is required"
+    value = error.get("input")
+    shown = (
+        ""
+        if kind in ("value_error", "missing") or isinstance(value, dict)
+        else f" (got {value!r:.60})"
+    )
+    return f"{source}: {field}: {message}{shown}"
+
+
+def spec_from_dict(data: object, source: str = "spec") -> JobSpec:
+    """Validate plain data (already merged with CLI flags) into a JobSpec."""
+    if not isinstance(data, dict):
+        raise SpecError(f"{source}: expected a mapping of fields (name:, command:, ...)")
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors()
+        message = _describe(errors[0], source)
+        if len(errors) > 1:
+            message += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
+        raise SpecError(message) from None
+    except (TypeError, ValueError, RecursionError) as exc:  # exotic YAML values
+        raise SpecError(f"{source}: cannot read the spec: {exc}") from None
+
+
+def read_spec_file(path: str | Path) -> dict[str, Any]:
+    """Read a YAML spec file into plain data, with clear errors for missing or broken files."""
+    import yaml
+
+    file = Path(path)
+    try:
+        text = file.read_text()
+    except FileNotFoundError:
+        raise SpecError(f"spec file {file} does not exist", "check the path") from None
+    except IsADirectoryError:
+        raise SpecError(f"{file} is a folder, not a spec file", "name the YAML file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"cannot read spec file {file}: {exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "not valid YAML"
+        raise SpecError(f"{file}: {problem}{where}", "fix the YAML syntax") from None
+    except RecursionError:
+        raise SpecError(f"{file}: nested too deeply") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise SpecError(f"{file}: expected a mapping of fields (name:, command:, ...)")
+    return data
+
+
+def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Deep-merge ``overrides`` (from CLI flags) into ``base`` (from the file)."""
+    out = dict(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def load_spec(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> JobSpec:
+    """Load a spec file (if any), apply CLI overrides, validate.
+
+    Relative ``code`` in a file is taken relative to the file's folder, so
+    ``ferry run path/to/job.yaml`` works from anywhere.
+    """
+    data: dict[str, Any] = {}
+    source = "spec"
+    if path is not None:
+        data = read_spec_file(path)
+        source = str(path)
+        code = data.get("code", ".")
+        if isinstance(code, str) and not Path(code).expanduser().is_absolute():
+            data["code"] = str(Path(path).parent / code)
+    if overrides:
+        data = merge(data, overrides)
+    return spec_from_dict(data, source)

@@ -1,0 +1,80 @@
+"""Job and attempt states, and the one table of allowed job transitions.
+
+The controller is the only writer of a job's status; every change goes through
+:func:`check_transition` and a guarded update in the store.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class JobStatus(str, Enum):
+    """Where a job is in its life."""
+
+    QUEUED = "QUEUED"  # stored, waiting for resources on its backend
+    STARTING = "STARTING"  # admitted; a supervisor is preparing or launching an attempt
+    RUNNING = "RUNNING"  # an attempt's command is running
+    RECOVERING = "RECOVERING"  # between attempts: preempted, lost or retrying an error
+    CANCELLING = "CANCELLING"  # cancel asked; the attempt is being stopped
+    SUCCEEDED = "SUCCEEDED"  # the last attempt exited 0
+    FAILED = "FAILED"  # gave up: exit code, limit reached, supervisor lost, ...
+    CANCELLED = "CANCELLED"  # stopped on request
+
+    def is_terminal(self) -> bool:
+        """Whether the job can never change again."""
+        return self in TERMINAL
+
+    def is_active(self) -> bool:
+        """Whether the job holds resources on its backend (admitted and not finished)."""
+        return self in ACTIVE
+
+    def __str__(self) -> str:
+        return self.value
+
+
+TERMINAL = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
+ACTIVE = frozenset(
+    {JobStatus.STARTING, JobStatus.RUNNING, JobStatus.RECOVERING, JobStatus.CANCELLING}
+)
+
+_S = JobStatus
+TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
+    _S.QUEUED: frozenset({_S.STARTING, _S.CANCELLED, _S.FAILED}),
+    _S.STARTING: frozenset({_S.RUNNING, _S.RECOVERING, _S.CANCELLING, _S.SUCCEEDED, _S.FAILED}),
+    _S.RUNNING: frozenset({_S.RECOVERING, _S.CANCELLING, _S.SUCCEEDED, _S.FAILED}),
+    _S.RECOVERING: frozenset({_S.STARTING, _S.RUNNING, _S.CANCELLING, _S.FAILED}),
+    _S.CANCELLING: frozenset({_S.CANCELLED, _S.FAILED, _S.SUCCEEDED}),
+    _S.SUCCEEDED: frozenset(),
+    _S.FAILED: frozenset(),
+    _S.CANCELLED: frozenset(),
+}
+
+
+def can_move(old: JobStatus, new: JobStatus) -> bool:
+    """Whether the table allows ``old -> new``."""
+    return new in TRANSITIONS[old]
+
+
+def sources_of(new: JobStatus) -> frozenset[JobStatus]:
+    """Every state from which ``new`` may be reached."""
+    return frozenset(old for old, targets in TRANSITIONS.items() if new in targets)
+
+
+class AttemptStatus(str, Enum):
+    """How one attempt went."""
+
+    STARTING = "STARTING"  # being launched
+    RUNNING = "RUNNING"  # the command runs
+    SUCCEEDED = "SUCCEEDED"  # exited 0
+    FAILED = "FAILED"  # exited non-zero or could not start
+    TIMED_OUT = "TIMED_OUT"  # stopped at limits.max_runtime
+    CANCELLED = "CANCELLED"  # stopped on request
+    LOST = "LOST"  # its supervisor vanished; how the command ended is unknown
+
+    def is_terminal(self) -> bool:
+        """Whether the attempt has ended."""
+        return self not in (AttemptStatus.STARTING, AttemptStatus.RUNNING)
+
+    def __str__(self) -> str:
+        return self.value

@@ -1,0 +1,103 @@
+"""The job store's contract: every store (SQLite now, others later) implements this.
+
+The controller is the only caller that changes a job's status, and does so only through
+:meth:`Store.transition` (or :meth:`Store.admit` for QUEUED -> STARTING), which succeed only
+when the job is still in one of the expected states; a lost race raises
+:class:`ferry.errors.TransitionError`, so two processes never both move one job. Records
+handed out are immutable snapshots.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from ferry.status import JobStatus
+from ferry.store.records import Allocation, Attempt, Event, Job
+
+# Decides admissions: given the queued jobs (oldest first) and the active ones, returns the
+# (job id, allocation) pairs to move from QUEUED to STARTING.
+AdmitFn = Callable[[Sequence[Job], Sequence[Job]], list[tuple[str, Allocation]]]
+
+
+class IdTaken(Exception):
+    """The job id chosen for a new job already exists (the caller picks another)."""
+
+
+class Store(abc.ABC):
+    """Jobs, attempts and events, safe under many concurrent processes."""
+
+    @abc.abstractmethod
+    def create_job(
+        self,
+        *,
+        job_id: str,
+        name: str,
+        backend: str,
+        spec: dict[str, Any],
+        job_dir: str,
+        outputs: str,
+    ) -> Job:
+        """Store a new QUEUED job; raise :class:`IdTaken` if ``job_id`` is in use."""
+
+    @abc.abstractmethod
+    def get_job(self, job_id: str) -> Job:
+        """The job with exactly this id; raises JobNotFound."""
+
+    @abc.abstractmethod
+    def find_jobs(self, prefix: str) -> list[Job]:
+        """Jobs whose id is ``prefix`` or starts with it (exact match alone if there is one)."""
+
+    @abc.abstractmethod
+    def list_jobs(
+        self, statuses: Iterable[JobStatus] | None = None, limit: int | None = None
+    ) -> list[Job]:
+        """Jobs, newest first, optionally only those in ``statuses``."""
+
+    @abc.abstractmethod
+    def transition(
+        self,
+        job_id: str,
+        new: JobStatus,
+        *,
+        expected: Iterable[JobStatus],
+        reason: str | None = None,
+        **fields: Any,
+    ) -> Job:
+        """Move a job to ``new`` if it is in one of ``expected``; record an event.
+
+        ``fields`` are other job columns to set in the same update (``exit_code``,
+        ``ended_at``, ...). Raises TransitionError when the job is in another state.
+        """
+
+    @abc.abstractmethod
+    def update_job(self, job_id: str, **fields: Any) -> None:
+        """Set non-status fields (heartbeat, supervisor pid)."""
+
+    @abc.abstractmethod
+    def admit(self, decide: AdmitFn, backend: str) -> list[Job]:
+        """Under the store's write lock, move the jobs ``decide`` picks to STARTING."""
+
+    @abc.abstractmethod
+    def add_attempt(self, job_id: str, *, backend: str, host: str, log_dir: str) -> Attempt:
+        """Start the next numbered attempt of a job."""
+
+    @abc.abstractmethod
+    def update_attempt(self, job_id: str, number: int, **fields: Any) -> Attempt:
+        """Set fields of one attempt."""
+
+    @abc.abstractmethod
+    def attempts(self, job_id: str) -> list[Attempt]:
+        """A job's attempts, first to last."""
+
+    @abc.abstractmethod
+    def add_event(self, job_id: str, message: str) -> None:
+        """Record a note about a job (not a status change)."""
+
+    @abc.abstractmethod
+    def events(self, job_id: str) -> list[Event]:
+        """A job's events, oldest first."""
+
+    def close(self) -> None:  # noqa: B027 - optional for stores without resources
+        """Release connections."""

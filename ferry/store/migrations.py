@@ -1,0 +1,62 @@
+"""Versioned schema of the SQLite store. Append a migration; never edit a released one.
+
+The schema version is SQLite's ``user_version``; a store written by a newer Ferry (higher
+version than this list knows) is refused rather than misread.
+"""
+
+from __future__ import annotations
+
+MIGRATIONS: list[str] = [
+    # 1: jobs, attempts, events
+    """
+    CREATE TABLE jobs (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        name TEXT NOT NULL,
+        status TEXT NOT NULL,
+        backend TEXT NOT NULL,
+        spec TEXT NOT NULL,
+        job_dir TEXT NOT NULL,
+        outputs TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL,
+        started_at REAL,
+        ended_at REAL,
+        exit_code INTEGER,
+        reason TEXT,
+        allocation TEXT,
+        supervisor_pid INTEGER,
+        supervisor_host TEXT,
+        supervisor_started REAL,
+        heartbeat_at REAL
+    );
+    CREATE INDEX jobs_status ON jobs (status, seq);
+    CREATE TABLE attempts (
+        job_id TEXT NOT NULL REFERENCES jobs (id),
+        number INTEGER NOT NULL,
+        status TEXT NOT NULL,
+        backend TEXT NOT NULL,
+        host TEXT NOT NULL,
+        log_path TEXT NOT NULL,
+        started_at REAL NOT NULL,
+        handle TEXT,
+        ended_at REAL,
+        exit_code INTEGER,
+        reason TEXT,
+        cost REAL NOT NULL DEFAULT 0,
+        PRIMARY KEY (job_id, number)
+    );
+    CREATE TABLE events (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        job_id TEXT NOT NULL REFERENCES jobs (id),
+        at REAL NOT NULL,
+        kind TEXT NOT NULL,
+        old_status TEXT,
+        new_status TEXT,
+        message TEXT NOT NULL
+    );
+    CREATE INDEX events_job ON events (job_id, id);
+    """,
+]
+
+SCHEMA_VERSION = len(MIGRATIONS)

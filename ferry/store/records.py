@@ -1,0 +1,86 @@
+"""Immutable snapshots the store hands out: a job (what was asked), its attempts (each run)
+and its events (every change, with time and reason)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ferry.status import AttemptStatus, JobStatus
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """What a job holds on its backend while active."""
+
+    cpus: float = 0.0
+    memory: int = 0  # bytes
+    gpus: tuple[int, ...] = ()  # device indices (local backend)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cpus": self.cpus, "memory": self.memory, "gpus": list(self.gpus)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> Allocation:
+        if not data:
+            return cls()
+        return cls(float(data["cpus"]), int(data["memory"]), tuple(data["gpus"]))
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job as stored. Fields change only through the store; this is a snapshot."""
+
+    id: str
+    name: str
+    seq: int  # submission order, used for FIFO admission
+    status: JobStatus
+    backend: str
+    spec: dict[str, Any]  # the validated JobSpec as JSON (no secret values)
+    job_dir: str  # private folder: code snapshot, attempt logs
+    outputs: str  # where results go
+    created_at: float
+    updated_at: float
+    started_at: float | None = None
+    ended_at: float | None = None
+    exit_code: int | None = None
+    reason: str | None = None
+    allocation: Allocation = field(default_factory=Allocation)
+    supervisor_pid: int | None = None
+    supervisor_host: str | None = None
+    supervisor_started: float | None = None  # the supervisor process's start time
+    heartbeat_at: float | None = None
+
+    @property
+    def command(self) -> list[str]:
+        return list(self.spec.get("command") or [])
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One run of a job's command."""
+
+    job_id: str
+    number: int  # 1, 2, ...
+    status: AttemptStatus
+    backend: str
+    host: str
+    log_path: str
+    started_at: float
+    handle: str | None = None  # backend's id for the running attempt (local: process group)
+    ended_at: float | None = None
+    exit_code: int | None = None
+    reason: str | None = None
+    cost: float = 0.0
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something that happened to a job: a status change or a note."""
+
+    job_id: str
+    at: float
+    kind: str  # "status" or "note"
+    message: str
+    old_status: JobStatus | None = None
+    new_status: JobStatus | None = None

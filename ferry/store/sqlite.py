@@ -1,0 +1,410 @@
+"""The default store: one SQLite file in WAL mode under FERRY_HOME.
+
+Writes run in ``BEGIN IMMEDIATE`` transactions with a busy timeout, so many concurrent
+``ferry`` processes queue for the write lock instead of failing; status changes are
+``UPDATE ... WHERE id=? AND status IN (...)`` and must change exactly one row.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from ferry import defaults
+from ferry.errors import JobNotFound, StoreError, TransitionError
+from ferry.status import AttemptStatus, JobStatus
+from ferry.store.base import AdmitFn, IdTaken, Store
+from ferry.store.migrations import MIGRATIONS, SCHEMA_VERSION
+from ferry.store.records import Allocation, Attempt, Event, Job
+
+_JOB_COLUMNS = (
+    "id, name, seq, status, backend, spec, job_dir, outputs, created_at, updated_at, "
+    "started_at, ended_at, exit_code, reason, allocation, supervisor_pid, supervisor_host, "
+    "heartbeat_at, supervisor_started"
+)
+_ATTEMPT_COLUMNS = (
+    "job_id, number, status, backend, host, log_path, started_at, handle, ended_at, "
+    "exit_code, reason, cost"
+)
+_JOB_FIELDS = frozenset(
+    {
+        "started_at",
+        "ended_at",
+        "exit_code",
+        "reason",
+        "allocation",
+        "supervisor_pid",
+        "supervisor_host",
+        "heartbeat_at",
+        "outputs",
+        "supervisor_started",
+    }
+)
+_ATTEMPT_FIELDS = frozenset({"status", "handle", "ended_at", "exit_code", "reason", "cost", "host"})
+_FORKED_AWAY: list[sqlite3.Connection] = []
+
+
+def _job(row: tuple[Any, ...]) -> Job:
+    return Job(
+        id=row[0],
+        name=row[1],
+        seq=row[2],
+        status=JobStatus(row[3]),
+        backend=row[4],
+        spec=json.loads(row[5]),
+        job_dir=row[6],
+        outputs=row[7],
+        created_at=row[8],
+        updated_at=row[9],
+        started_at=row[10],
+        ended_at=row[11],
+        exit_code=row[12],
+        reason=row[13],
+        allocation=Allocation.from_json(json.loads(row[14]) if row[14] else None),
+        supervisor_pid=row[15],
+        supervisor_host=row[16],
+        heartbeat_at=row[17],
+        supervisor_started=row[18],
+    )
+
+
+def _attempt(row: tuple[Any, ...]) -> Attempt:
+    return Attempt(
+        job_id=row[0],
+        number=row[1],
+        status=AttemptStatus(row[2]),
+        backend=row[3],
+        host=row[4],
+        log_path=row[5],
+        started_at=row[6],
+        handle=row[7],
+        ended_at=row[8],
+        exit_code=row[9],
+        reason=row[10],
+        cost=row[11],
+    )
+
+
+def _encode(field: str, value: Any) -> Any:
+    if field == "allocation" and isinstance(value, Allocation):
+        return json.dumps(value.to_json())
+    if isinstance(value, AttemptStatus | JobStatus):
+        return value.value
+    return value
+
+
+class SQLiteStore(Store):
+    """Jobs in ``<FERRY_HOME>/ferry.db``."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._pid = os.getpid()
+        try:
+            self._db = self._connect()
+            self._migrate()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(
+                f"cannot open the job store {self.path}: {exc}",
+                "check the file's permissions, or move it aside to start a fresh store",
+            ) from None
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(
+            self.path,
+            timeout=defaults.SQLITE_BUSY_TIMEOUT_MS / 1000,
+            isolation_level=None,
+            check_same_thread=False,
+        )
+        db.execute(f"PRAGMA busy_timeout = {defaults.SQLITE_BUSY_TIMEOUT_MS}")
+        mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if mode != "wal":  # e.g. a network filesystem; still correct, just slower
+            db.execute("PRAGMA journal_mode = DELETE")
+        # NORMAL in WAL mode: a crash of any process never corrupts or loses committed data;
+        # only a power cut may lose the last transactions.
+        db.execute("PRAGMA synchronous = NORMAL")
+        return db
+
+    def _migrate(self) -> None:
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"the job store {self.path} was written by a newer Ferry "
+                f"(schema {version}; this Ferry knows up to {SCHEMA_VERSION})",
+                "upgrade Ferry (pip install -U ferry) or point FERRY_HOME elsewhere",
+            )
+        if version == SCHEMA_VERSION:
+            return
+        with self._write() as db:
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            for number in range(version, SCHEMA_VERSION):
+                for statement in MIGRATIONS[number].split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        os.chmod(self.path, 0o600)
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        db = self._conn()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+    def _conn(self) -> sqlite3.Connection:
+        if os.getpid() != self._pid:
+            # A forked child must not use (or close) the parent's connection: keep the old
+            # object alive so its file descriptors are never closed from here.
+            _FORKED_AWAY.append(self._db)
+            self._db = self._connect()
+            self._pid = os.getpid()
+        return self._db
+
+    def _read(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
+        return self._conn().execute(sql, tuple(params)).fetchall()
+
+    # -- jobs -----------------------------------------------------------------------------
+
+    def create_job(
+        self,
+        *,
+        job_id: str,
+        name: str,
+        backend: str,
+        spec: dict[str, Any],
+        job_dir: str,
+        outputs: str,
+    ) -> Job:
+        now = time.time()
+        try:
+            with self._write() as db:
+                db.execute(
+                    "INSERT INTO jobs (id, name, status, backend, spec, job_dir, outputs,"
+                    " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        job_id,
+                        name,
+                        JobStatus.QUEUED.value,
+                        backend,
+                        json.dumps(spec, sort_keys=True),
+                        job_dir,
+                        outputs,
+                        now,
+                        now,
+                    ),
+                )
+                db.execute(
+                    "INSERT INTO events (job_id, at, kind, new_status, message)"
+                    " VALUES (?, ?, 'status', ?, 'submitted')",
+                    (job_id, now, JobStatus.QUEUED.value),
+                )
+        except sqlite3.IntegrityError:
+            raise IdTaken(job_id) from None
+        return self.get_job(job_id)
+
+    def get_job(self, job_id: str) -> Job:
+        rows = self._read(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,))
+        if not rows:
+            raise JobNotFound(f"no job {job_id!r}", "list jobs with: ferry jobs")
+        return _job(rows[0])
+
+    def find_jobs(self, prefix: str) -> list[Job]:
+        escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        rows = self._read(
+            f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id LIKE ? ESCAPE '\\' ORDER BY seq DESC"
+            " LIMIT 50",
+            (escaped + "%",),
+        )
+        jobs = [_job(r) for r in rows]
+        exact = [j for j in jobs if j.id == prefix]
+        return exact or jobs
+
+    def list_jobs(
+        self, statuses: Iterable[JobStatus] | None = None, limit: int | None = None
+    ) -> list[Job]:
+        sql = f"SELECT {_JOB_COLUMNS} FROM jobs"
+        params: list[Any] = []
+        if statuses is not None:
+            wanted = [s.value for s in statuses]
+            sql += f" WHERE status IN ({','.join('?' * len(wanted))})"
+            params += wanted
+        sql += " ORDER BY seq DESC"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        return [_job(r) for r in self._read(sql, params)]
+
+    def transition(
+        self,
+        job_id: str,
+        new: JobStatus,
+        *,
+        expected: Iterable[JobStatus],
+        reason: str | None = None,
+        **fields: Any,
+    ) -> Job:
+        allowed = [s.value for s in expected]
+        unknown = set(fields) - _JOB_FIELDS
+        if unknown:
+            raise ValueError(f"not job fields: {sorted(unknown)}")
+        now = time.time()
+        sets = ["status = ?", "updated_at = ?"]
+        params: list[Any] = [new.value, now]
+        if reason is not None:
+            sets.append("reason = ?")
+            params.append(reason)
+        for key, value in fields.items():
+            sets.append(f"{key} = ?")
+            params.append(_encode(key, value))
+        with self._write() as db:
+            row = db.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None:
+                raise JobNotFound(f"no job {job_id!r}", "list jobs with: ferry jobs")
+            changed = db.execute(
+                f"UPDATE jobs SET {', '.join(sets)} WHERE id = ?"
+                f" AND status IN ({','.join('?' * len(allowed))})",
+                [*params, job_id, *allowed],
+            ).rowcount
+            if changed != 1:
+                raise TransitionError(
+                    f"job {job_id} is {row[0]}, not {' or '.join(allowed)}; it was not moved"
+                    f" to {new.value}"
+                )
+            db.execute(
+                "INSERT INTO events (job_id, at, kind, old_status, new_status, message)"
+                " VALUES (?, ?, 'status', ?, ?, ?)",
+                (job_id, now, row[0], new.value, reason or ""),
+            )
+        return self.get_job(job_id)
+
+    def update_job(self, job_id: str, **fields: Any) -> None:
+        unknown = set(fields) - _JOB_FIELDS
+        if unknown:
+            raise ValueError(f"not job fields: {sorted(unknown)}")
+        sets = ", ".join(f"{k} = ?" for k in fields)
+        with self._write() as db:
+            db.execute(
+                f"UPDATE jobs SET {sets} WHERE id = ?",
+                [*(_encode(k, v) for k, v in fields.items()), job_id],
+            )
+
+    def admit(self, decide: AdmitFn, backend: str) -> list[Job]:
+        active_states = [s.value for s in JobStatus if s.is_active()]
+        with self._write() as db:
+            queued = [
+                _job(r)
+                for r in db.execute(
+                    f"SELECT {_JOB_COLUMNS} FROM jobs WHERE status = ? AND backend = ?"
+                    " ORDER BY seq",
+                    (JobStatus.QUEUED.value, backend),
+                )
+            ]
+            if not queued:
+                return []
+            active = [
+                _job(r)
+                for r in db.execute(
+                    f"SELECT {_JOB_COLUMNS} FROM jobs WHERE backend = ? AND status IN"
+                    f" ({','.join('?' * len(active_states))})",
+                    (backend, *active_states),
+                )
+            ]
+            chosen = decide(queued, active)
+            now = time.time()
+            for job_id, allocation in chosen:
+                changed = db.execute(
+                    "UPDATE jobs SET status = ?, allocation = ?, updated_at = ?"
+                    " WHERE id = ? AND status = ?",
+                    (
+                        JobStatus.STARTING.value,
+                        json.dumps(allocation.to_json()),
+                        now,
+                        job_id,
+                        JobStatus.QUEUED.value,
+                    ),
+                ).rowcount
+                if changed != 1:  # impossible under the write lock; refuse to half-admit
+                    raise TransitionError(f"job {job_id} left the queue during admission")
+                db.execute(
+                    "INSERT INTO events (job_id, at, kind, old_status, new_status, message)"
+                    " VALUES (?, ?, 'status', ?, ?, 'admitted')",
+                    (job_id, now, JobStatus.QUEUED.value, JobStatus.STARTING.value),
+                )
+        ids = {job_id for job_id, _ in chosen}
+        return [self.get_job(j.id) for j in queued if j.id in ids]
+
+    # -- attempts and events ---------------------------------------------------------------
+
+    def add_attempt(self, job_id: str, *, backend: str, host: str, log_dir: str) -> Attempt:
+        now = time.time()
+        with self._write() as db:
+            number = db.execute(
+                "SELECT COALESCE(MAX(number), 0) + 1 FROM attempts WHERE job_id = ?", (job_id,)
+            ).fetchone()[0]
+            log_path = str(Path(log_dir) / f"attempt-{number}.log")
+            db.execute(
+                "INSERT INTO attempts (job_id, number, status, backend, host, log_path,"
+                " started_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (job_id, number, AttemptStatus.STARTING.value, backend, host, log_path, now),
+            )
+        return self.attempts(job_id)[-1]
+
+    def update_attempt(self, job_id: str, number: int, **fields: Any) -> Attempt:
+        unknown = set(fields) - _ATTEMPT_FIELDS
+        if unknown:
+            raise ValueError(f"not attempt fields: {sorted(unknown)}")
+        sets = ", ".join(f"{k} = ?" for k in fields)
+        with self._write() as db:
+            db.execute(
+                f"UPDATE attempts SET {sets} WHERE job_id = ? AND number = ?",
+                [*(_encode(k, v) for k, v in fields.items()), job_id, number],
+            )
+        rows = self._read(
+            f"SELECT {_ATTEMPT_COLUMNS} FROM attempts WHERE job_id = ? AND number = ?",
+            (job_id, number),
+        )
+        return _attempt(rows[0])
+
+    def attempts(self, job_id: str) -> list[Attempt]:
+        rows = self._read(
+            f"SELECT {_ATTEMPT_COLUMNS} FROM attempts WHERE job_id = ? ORDER BY number",
+            (job_id,),
+        )
+        return [_attempt(r) for r in rows]
+
+    def add_event(self, job_id: str, message: str) -> None:
+        with self._write() as db:
+            db.execute(
+                "INSERT INTO events (job_id, at, kind, message) VALUES (?, ?, 'note', ?)",
+                (job_id, time.time(), message),
+            )
+
+    def events(self, job_id: str) -> list[Event]:
+        rows = self._read(
+            "SELECT job_id, at, kind, message, old_status, new_status FROM events"
+            " WHERE job_id = ? ORDER BY id",
+            (job_id,),
+        )
+        return [
+            Event(
+                r[0],
+                r[1],
+                r[2],
+                r[3],
+                JobStatus(r[4]) if r[4] else None,
+                JobStatus(r[5]) if r[5] else None,
+            )
+            for r in rows
+        ]
+
+    def close(self) -> None:
+        self._db.close()

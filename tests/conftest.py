@@ -1,0 +1,123 @@
+"""Shared fixtures: a private FERRY_HOME per test, the real `ferry` command, and waiting on
+conditions with a deadline (never sleeps as synchronisation)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+FERRY = str(Path(sys.executable).parent / "ferry")
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A fresh FERRY_HOME (also seen by every `ferry` process and supervisor started)."""
+    path = tmp_path / "ferry-home"
+    monkeypatch.setenv("FERRY_HOME", str(path))
+    monkeypatch.setenv("FERRY_TEST_TMP", str(tmp_path))
+    yield path
+    _stop_leftovers(path)
+
+
+def _stop_leftovers(path: Path) -> None:
+    """Cancel whatever a failed test left running, so no process outlives the test."""
+    if not (path / "ferry.db").exists():
+        return
+    subprocess.run(
+        [sys.executable, "-c", _CANCEL_ALL],
+        env={**os.environ, "FERRY_HOME": str(path)},
+        capture_output=True,
+        timeout=60,
+    )
+
+
+_CANCEL_ALL = """
+import time
+from ferry.store import open_store
+from ferry.controller import cancel, reconcile
+from ferry.status import ACTIVE, JobStatus
+s = open_store()
+for j in s.list_jobs([JobStatus.QUEUED, *ACTIVE]):
+    cancel(s, j)
+end = time.time() + 30
+while time.time() < end and s.list_jobs([JobStatus.QUEUED, *ACTIVE]):
+    reconcile(s)
+    time.sleep(0.1)
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """An empty code folder to run jobs from."""
+    path = tmp_path / "project"
+    path.mkdir()
+    return path
+
+
+def ferry(
+    *args: str,
+    cwd: Path | str | None = None,
+    timeout: float = 60,
+    env: dict[str, str] | None = None,
+    input: str | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run the real `ferry` command."""
+    return subprocess.run(
+        [FERRY, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        input=input,
+    )
+
+
+def ferry_json(*args: str, cwd: Path | str | None = None) -> Any:
+    """Run `ferry ... --json` and parse its output."""
+    result = ferry(*args, "--json", cwd=cwd)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def wait_for(condition: Callable[[], Any], timeout: float = 30, what: str = "condition") -> Any:
+    """Poll ``condition`` until it returns something truthy; fail after ``timeout`` s."""
+    end = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)
+
+
+def job_status(job_id: str) -> dict[str, Any]:
+    """`ferry status JOB --json`."""
+    data: dict[str, Any] = ferry_json("status", job_id)
+    return data
+
+
+def submit(*args: str, cwd: Path | str) -> str:
+    """`ferry run --detach ...`; returns the job id."""
+    result = ferry("run", "--detach", *args, cwd=cwd)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], code: int) -> str:
+    """A user-facing failure: the exit code, one line starting with 'ferry:', no traceback."""
+    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("ferry: "), lines[0]
+    assert "Traceback" not in result.stderr
+    return lines[0]
