@@ -78,7 +78,7 @@ ALIASES: dict[str, str] = {
 }
 
 _BY_LOWER = {name.lower(): name for name in (*GPUS, *TPUS)}
-_TPU_RE = re.compile(r"^(?:tpu-)?(v[0-9]+[a-z]*|v5litepod)-([0-9]+)$", re.IGNORECASE)
+_TPU_RE = re.compile(r"^(?:tpu-)?(v[0-9]+[a-z]*|v5litepod)-([0-9]+)$", re.IGNORECASE | re.ASCII)
 _HELP = 'an accelerator such as "A100:1", "a100", "H100:8" or "tpu-v5e-8"'
 
 
@@ -126,11 +126,14 @@ def parse_accelerator(value: object) -> Accelerator:
     tpu = _TPU_RE.match(text)
     if tpu and ":" not in text:
         name = canonical_name(f"tpu-{tpu.group(1)}")
+        if int(tpu.group(2)) < 1:
+            raise ValueError(f"a TPU slice has at least 1 chip, not {value!r}")
         return Accelerator(name, int(tpu.group(2)))
     name_part, sep, count_part = text.partition(":")
     count = 1
     if sep:
-        if not count_part.strip().isdigit() or int(count_part) < 1:
+        digits = count_part.strip()
+        if not (digits.isascii() and digits.isdecimal()) or int(digits) < 1:
             raise ValueError(f"the count in {value!r} must be a whole number of at least 1")
         count = int(count_part)
     name = canonical_name(name_part)

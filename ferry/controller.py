@@ -235,20 +235,19 @@ def supervisor_alive(job: Job) -> bool:
     return now - beat < defaults.HEARTBEAT_INTERVAL + defaults.HEARTBEAT_GRACE
 
 
-def _kill_orphans(job: Job, pgid: str | None) -> None:
-    """Kill what is left of a lost attempt's process group (only if it is that job's)."""
-    if not pgid or not pgid.isdigit():
-        return
+def _kill_orphans(job: Job) -> None:
+    """Kill what is left of a lost job: every process of this user that carries the job's
+    FERRY_JOB_ID (its group, and anything that left the group)."""
     marker = f"FERRY_JOB_ID={job.id}".encode()
+    me = os.getpid()
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
+        if not entry.isdigit() or int(entry) == me:
             continue
-        pid = int(entry)
-        try:
-            if os.getpgid(pid) == int(pgid) and marker in environ_of(pid):
-                os.kill(pid, signal.SIGKILL)
-        except OSError:
-            continue
+        if marker in environ_of(int(entry)):
+            try:
+                os.kill(int(entry), signal.SIGKILL)
+            except OSError:
+                continue
 
 
 def reconcile(store: Store) -> list[Job]:
@@ -261,10 +260,10 @@ def reconcile(store: Store) -> list[Job]:
     for job in active:
         if job.backend != "local" or supervisor_alive(job):
             continue
+        _kill_orphans(job)
         attempts = store.attempts(job.id)
         last = attempts[-1] if attempts else None
         if last and not last.status.is_terminal():
-            _kill_orphans(job, last.handle)
             store.update_attempt(
                 job.id,
                 last.number,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import re
 import shlex
+import typing
 from pathlib import Path
 from typing import Any, Literal
 
@@ -58,10 +59,10 @@ class Resources(_Model):
     """What one node of the job needs."""
 
     accelerator: str | None = None  # canonical "A100:1" / "tpu-v5e-8"
-    cpus: float | None = Field(default=None, gt=0)
+    cpus: float | None = Field(default=None, gt=0, le=100_000, allow_inf_nan=False)
     memory: int | None = None  # bytes
     spot: bool = False
-    nodes: int = Field(default=1, ge=1)
+    nodes: int = Field(default=1, ge=1, le=10_000)
 
     @field_validator("accelerator", mode="before")
     @classmethod
@@ -103,7 +104,7 @@ class Limits(_Model):
     """When Ferry stops the job on its own."""
 
     max_runtime: float | None = None  # seconds
-    max_cost: float | None = Field(default=None, gt=0)  # USD
+    max_cost: float | None = Field(default=None, gt=0, allow_inf_nan=False)  # USD
 
     @field_validator("max_runtime", mode="before")
     @classmethod
@@ -114,8 +115,8 @@ class Limits(_Model):
 class Retries(_Model):
     """How many times a failed attempt is started again."""
 
-    on_preemption: int = Field(default=20, ge=0)
-    on_error: int = Field(default=0, ge=0)
+    on_preemption: int = Field(default=20, ge=0, le=10_000)
+    on_error: int = Field(default=0, ge=0, le=10_000)
 
 
 class Checkpoint(_Model):
@@ -267,23 +268,23 @@ class JobSpec(_Model):
 
 def _fields_of(model: type[BaseModel], path: tuple[Any, ...]) -> list[str]:
     """Known field names at ``path`` (for 'did you mean' on unknown fields)."""
-    current: Any = model
-    for part in path:
-        fields = getattr(current, "model_fields", None)
-        if not fields or part not in fields:
+    current: type[BaseModel] = model
+    i = 0
+    while i < len(path):
+        field = current.model_fields.get(str(path[i]))
+        if field is None:
             return []
-        annotation = fields[part].annotation
-        current = next(
-            (
-                a
-                for a in getattr(annotation, "__args__", (annotation,))
-                if hasattr(a, "model_fields")
-            ),
-            None,
-        )
-        if current is None:
+        annotation = field.annotation
+        candidates = typing.get_args(annotation) or (annotation,)
+        if typing.get_origin(annotation) is dict:  # dict[str, Input]: skip the key
+            candidates = candidates[1:]
+            i += 1
+        found = [c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)]
+        if not found:
             return []
-    return list(getattr(current, "model_fields", {}))
+        current = found[0]
+        i += 1
+    return list(current.model_fields)
 
 
 def _describe(error: Any, source: str) -> str:
@@ -323,8 +324,31 @@ def spec_from_dict(data: object, source: str = "spec") -> JobSpec:
         if len(errors) > 1:
             message += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
         raise SpecError(message) from None
-    except (TypeError, ValueError, RecursionError) as exc:  # exotic YAML values
+    except (TypeError, ValueError, OverflowError, RecursionError) as exc:  # exotic YAML values
         raise SpecError(f"{source}: cannot read the spec: {exc}") from None
+
+
+def _loader() -> Any:
+    """PyYAML's SafeLoader, refusing a key given twice (the last one would silently win)."""
+    import yaml
+
+    class StrictLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    duplicate = key in seen
+                    seen.add(key)
+                except TypeError:  # an unhashable key; the mapping itself reports it
+                    continue
+                if duplicate:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"the key {key!r} appears twice", key_node.start_mark
+                    )
+            return super().construct_mapping(node, deep=deep)
+
+    return StrictLoader
 
 
 def read_spec_file(path: str | Path) -> dict[str, Any]:
@@ -341,7 +365,7 @@ def read_spec_file(path: str | Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError(f"cannot read spec file {file}: {exc}") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_loader())
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -367,6 +391,14 @@ def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _relative_to(folder: Path, item: Any) -> Any:
+    uri = item.get("uri") if isinstance(item, dict) else item
+    if not isinstance(uri, str) or "://" in uri or Path(uri).expanduser().is_absolute():
+        return item
+    resolved = str(folder / uri)
+    return {**item, "uri": resolved} if isinstance(item, dict) else resolved
+
+
 def load_spec(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> JobSpec:
     """Load a spec file (if any), apply CLI overrides, validate.
 
@@ -378,9 +410,13 @@ def load_spec(path: str | Path | None = None, overrides: dict[str, Any] | None =
     if path is not None:
         data = read_spec_file(path)
         source = str(path)
+        here = Path(path).parent
         code = data.get("code", ".")
         if isinstance(code, str) and not Path(code).expanduser().is_absolute():
-            data["code"] = str(Path(path).parent / code)
+            data["code"] = str(here / code)
+        inputs = data.get("inputs")
+        if isinstance(inputs, dict):  # local input paths, like code, are relative to the file
+            data["inputs"] = {k: _relative_to(here, v) for k, v in inputs.items()}
     if overrides:
         data = merge(data, overrides)
     return spec_from_dict(data, source)

@@ -30,6 +30,7 @@ _SIZE_UNITS = {
 }
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?|\.[0-9]+)\s*([a-zA-Z]*)\s*$")
 _SIZE_HELP = "a size such as 512MB, 32GB, 32GiB or 32g"
+_MAX_BYTES = 2**63 - 1  # what SQLite stores as an integer; anything larger is a typo
 
 
 def parse_size(value: object) -> int:
@@ -41,21 +42,24 @@ def parse_size(value: object) -> int:
     if isinstance(value, bool):
         raise ValueError(f"expected {_SIZE_HELP}, not {value!r}")
     if isinstance(value, int | float):
-        if value < 0 or value != value or value in (float("inf"), float("-inf")):
+        number = float(value) if abs(value) < _MAX_BYTES else float("inf")
+        unit = 1
+    elif isinstance(value, str):
+        match = _SIZE_RE.match(value)
+        if not match or match.group(2).lower() not in _SIZE_UNITS:
             raise ValueError(f"expected {_SIZE_HELP}, not {value!r}")
-        return int(value)
-    if not isinstance(value, str):
+        number, unit = float(match.group(1)), _SIZE_UNITS[match.group(2).lower()]
+    else:
         raise ValueError(f"expected {_SIZE_HELP}, not {value!r}")
-    match = _SIZE_RE.match(value)
-    if not match or match.group(2).lower() not in _SIZE_UNITS:
-        raise ValueError(f"expected {_SIZE_HELP}, not {value!r}")
-    return int(float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()])
+    if not 0 <= number * unit <= _MAX_BYTES:  # also false for nan
+        raise ValueError(f"expected {_SIZE_HELP} (at most 8 EiB), not {value!r:.40}")
+    return int(number * unit)
 
 
 def format_size(n: float) -> str:
     """``1536000000 -> '1.5 GB'``: decimal units, as people read disk and memory sizes."""
     for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
+        if abs(n) < (1000 if unit == "B" else 999.95) or unit == "TB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1000
     raise AssertionError("unreachable")
@@ -73,6 +77,7 @@ _DURATION_UNITS = {
 }
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([a-z]+)")
 _DURATION_HELP = "a duration such as 90s, 10m, 6h, 1h30m or a number of seconds"
+_MAX_SECONDS = 10 * 365 * 86400.0
 
 
 def parse_duration(value: object) -> float:
@@ -80,8 +85,10 @@ def parse_duration(value: object) -> float:
     if isinstance(value, bool):
         raise ValueError(f"expected {_DURATION_HELP}, not {value!r}")
     if isinstance(value, int | float):
-        if not 0 < value < float("inf"):
-            raise ValueError(f"expected a positive {_DURATION_HELP}, not {value!r}")
+        if not 0 < value <= _MAX_SECONDS:
+            raise ValueError(
+                f"expected {_DURATION_HELP} (above 0, at most 10 years), not {value!r:.40}"
+            )
         return float(value)
     if not isinstance(value, str):
         raise ValueError(f"expected {_DURATION_HELP}, not {value!r}")
@@ -101,15 +108,17 @@ def parse_duration(value: object) -> float:
         else:
             if pos == len(text) and pos > 0:
                 seconds = total
-    if not 0 < seconds < float("inf"):
-        raise ValueError(f"expected {_DURATION_HELP}, not {value!r}")
+    if not 0 < seconds <= _MAX_SECONDS:
+        raise ValueError(
+            f"expected {_DURATION_HELP} (above 0, at most 10 years), not {value!r:.40}"
+        )
     return seconds
 
 
 def format_duration(seconds: float) -> str:
     """``5400 -> '1h30m'``; short durations keep one decimal (``'2.5s'``)."""
-    if seconds < 60:
-        return f"{seconds:.1f}s" if seconds < 10 else f"{seconds:.0f}s"
+    if seconds < 59.5:
+        return f"{seconds:.1f}s" if seconds < 9.95 else f"{seconds:.0f}s"
     minutes, secs = divmod(round(seconds), 60)
     hours, minutes = divmod(minutes, 60)
     days, hours = divmod(hours, 24)

@@ -254,7 +254,8 @@ class LocalAttempt(RunningAttempt):
     def kill(self) -> None:
         self._killed = True
         self._signal_group(signal.SIGKILL)
-        kill_descendants()
+        # Descendants that left the group are killed in _finish, once the main process has
+        # been reaped: reaping here could steal its exit status from Popen.
 
     def tail(self, lines: int) -> list[str]:
         return self._tail[-lines:]

@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from ferry.cli._common import Parser
-from ferry.errors import FerryError
+from ferry.errors import FerryError, UsageError
 
 EXAMPLE = """\
 examples:
@@ -94,7 +94,7 @@ def _main(argv: list[str]) -> int:
         parser.print_help()
         return 2
     if command is not None and args.command_name != "run":
-        raise FerryError(
+        raise UsageError(
             f"'ferry {args.command_name}' takes no command after --",
             f"see: ferry {args.command_name} --help",
         )

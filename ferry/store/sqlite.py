@@ -11,6 +11,7 @@ import json
 import os
 import sqlite3
 import time
+import weakref
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -47,7 +48,17 @@ _JOB_FIELDS = frozenset(
     }
 )
 _ATTEMPT_FIELDS = frozenset({"status", "handle", "ended_at", "exit_code", "reason", "cost", "host"})
-_FORKED_AWAY: list[sqlite3.Connection] = []
+# Every open store, so that their connections can be closed before this process forks:
+# SQLite's per-process file state must not be inherited by a child (https://sqlite.org/howtocorrupt.html#fork).
+_OPEN: weakref.WeakSet[SQLiteStore] = weakref.WeakSet()
+
+
+def _close_all_before_fork() -> None:
+    for store in list(_OPEN):
+        store.release()
+
+
+os.register_at_fork(before=_close_all_before_fork)
 
 
 def _job(row: tuple[Any, ...]) -> Job:
@@ -105,8 +116,8 @@ class SQLiteStore(Store):
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._pid = os.getpid()
+        self._db: sqlite3.Connection | None = None
         try:
-            self._db = self._connect()
             self._migrate()
         except sqlite3.DatabaseError as exc:
             raise StoreError(
@@ -131,7 +142,7 @@ class SQLiteStore(Store):
         return db
 
     def _migrate(self) -> None:
-        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        version = self._conn().execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
             raise StoreError(
                 f"the job store {self.path} was written by a newer Ferry "
@@ -161,13 +172,18 @@ class SQLiteStore(Store):
         db.execute("COMMIT")
 
     def _conn(self) -> sqlite3.Connection:
-        if os.getpid() != self._pid:
-            # A forked child must not use (or close) the parent's connection: keep the old
-            # object alive so its file descriptors are never closed from here.
-            _FORKED_AWAY.append(self._db)
+        """The connection, opened on first use (and again after a fork released it)."""
+        if self._db is None or self._pid != os.getpid():
             self._db = self._connect()
             self._pid = os.getpid()
+            _OPEN.add(self)
         return self._db
+
+    def release(self) -> None:
+        """Close the connection; the next call opens a new one."""
+        if self._db is not None and self._pid == os.getpid():
+            self._db.close()
+        self._db = None
 
     def _read(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
         return self._conn().execute(sql, tuple(params)).fetchall()
@@ -407,4 +423,12 @@ class SQLiteStore(Store):
         ]
 
     def close(self) -> None:
-        self._db.close()
+        self.release()
+
+    def __del__(self) -> None:
+        # A connection sits in a reference cycle with its statement cache, so without this
+        # it would stay open (and be inherited by a fork) until the garbage collector runs.
+        try:
+            self.release()
+        except Exception:
+            pass
