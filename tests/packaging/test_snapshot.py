@@ -1,0 +1,106 @@
+"""The code snapshot: ignore files honoured at every depth, oversized folders refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ferry.errors import FerryError, SpecError
+from ferry.packaging.snapshot import snapshot_code
+
+
+def tree(root: Path, files: dict[str, str | bytes]) -> None:
+    for name, content in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+
+
+def copied(dest: Path) -> set[str]:
+    return {
+        p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file() or p.is_symlink()
+    }
+
+
+def test_ignore_files_at_every_level(tmp_path: Path) -> None:
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    tree(
+        src,
+        {
+            "train.py": "print(1)",
+            ".gitignore": "*.log\ndata/\n!keep.log\n",
+            ".ferryignore": "secrets.env\n",
+            "secrets.env": "X=1",
+            "run.log": "x",
+            "keep.log": "kept",
+            "data/big.bin": "x" * 100,
+            "pkg/model.py": "m",
+            "pkg/.gitignore": "generated/\n",
+            "pkg/generated/out.txt": "x",
+            "pkg/sub/deep.py": "d",
+            ".git/HEAD": "ref",
+            "pkg/__pycache__/model.cpython-311.pyc": "x",
+        },
+    )
+    result = snapshot_code(src, dest, 10**6)
+    assert copied(dest) == {
+        "train.py",
+        ".gitignore",
+        ".ferryignore",
+        "keep.log",
+        "pkg/model.py",
+        "pkg/.gitignore",
+        "pkg/sub/deep.py",
+    }
+    assert result.files == 7
+
+
+def test_modes_and_symlinks_are_kept(tmp_path: Path) -> None:
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    tree(src, {"run.sh": "#!/bin/sh\necho hi\n", "a.txt": "a"})
+    (src / "run.sh").chmod(0o755)
+    (src / "link.txt").symlink_to("a.txt")
+    snapshot_code(src, dest, 10**6)
+    assert (dest / "run.sh").stat().st_mode & 0o111
+    assert (dest / "link.txt").is_symlink() and (dest / "link.txt").read_text() == "a"
+
+
+def test_oversized_snapshot_names_the_biggest_files(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    tree(src, {"train.py": "x", "weights.bin": b"\0" * 50_000, "data/huge.npy": b"\0" * 80_000})
+    with pytest.raises(FerryError) as info:
+        snapshot_code(src, tmp_path / "dest", 100_000)
+    message = str(info.value)
+    assert "130.0 KB" in message and "100.0 KB limit" in message
+    assert message.index("data/huge.npy") < message.index("weights.bin")
+    assert ".ferryignore" in message and "snapshot.max_size" in message
+    assert not (tmp_path / "dest").exists()
+
+
+def test_missing_or_file_code_folder(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="does not exist"):
+        snapshot_code(tmp_path / "nope", tmp_path / "dest", 10)
+    (tmp_path / "file.py").write_text("x")
+    with pytest.raises(SpecError, match="is a file"):
+        snapshot_code(tmp_path / "file.py", tmp_path / "dest", 10)
+
+
+def test_job_runs_the_code_as_submitted(tmp_path: Path, home: Path, project: Path) -> None:
+    from tests.conftest import ferry, submit, wait_for
+
+    (project / "gate.py").write_text(
+        "import os, time\n"
+        "p = os.path.join(os.environ['FERRY_TEST_TMP'], 'go')\n"
+        "while not os.path.exists(p): time.sleep(0.05)\n"
+        "print(open('version.txt').read())\n"
+    )
+    (project / "version.txt").write_text("v1")
+    job_id = submit("--", "python", "gate.py", cwd=project)
+    (project / "version.txt").write_text("v2")  # edited after submitting
+    (tmp_path / "go").write_text("")
+    wait_for(lambda: ferry("wait", job_id).returncode == 0, 60, "the job")
+    assert ferry("logs", job_id).stdout == "v1\n"

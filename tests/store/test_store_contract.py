@@ -1,0 +1,246 @@
+"""The contract every job store keeps (run against each store; SQLite today), plus the
+SQLite store's own promises: WAL, private files, versioned schema, many writers."""
+
+from __future__ import annotations
+
+import multiprocessing
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ferry.errors import JobNotFound, StoreError, TransitionError
+from ferry.status import ACTIVE, AttemptStatus, JobStatus
+from ferry.store import Allocation, Store
+from ferry.store.base import IdTaken
+from ferry.store.sqlite import SQLiteStore
+
+S = JobStatus
+
+
+def make_store(kind: str, path: Path) -> Store:
+    if kind == "sqlite":
+        return SQLiteStore(path / "ferry.db")
+    raise AssertionError(kind)
+
+
+@pytest.fixture(params=["sqlite"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    s = make_store(request.param, tmp_path)
+    yield s
+    s.close()
+
+
+def new_job(store: Store, job_id: str = "train-0001", **spec: object) -> str:
+    store.create_job(
+        job_id=job_id,
+        name=job_id.rsplit("-", 1)[0],
+        backend="local",
+        spec={"command": ["python", "train.py"], **spec},
+        job_dir=f"/jobs/{job_id}",
+        outputs=f"/out/{job_id}",
+    )
+    return job_id
+
+
+class TestStoreContract:
+    def test_create_and_read_back(self, store: Store) -> None:
+        new_job(store, "train-0001", hyperparameters={"lr": 0.1})
+        job = store.get_job("train-0001")
+        assert job.status is S.QUEUED
+        assert job.name == "train"
+        assert job.spec["hyperparameters"] == {"lr": 0.1}
+        assert job.outputs == "/out/train-0001"
+        assert [e.new_status for e in store.events(job.id)] == [S.QUEUED]
+
+    def test_ids_are_unique(self, store: Store) -> None:
+        new_job(store, "train-0001")
+        with pytest.raises(IdTaken):
+            new_job(store, "train-0001")
+
+    def test_unknown_job(self, store: Store) -> None:
+        with pytest.raises(JobNotFound):
+            store.get_job("nope")
+
+    def test_prefix_lookup_prefers_exact_match(self, store: Store) -> None:
+        for job_id in ("train-0001", "train-0002", "train-0001x"):
+            new_job(store, job_id)
+        assert [j.id for j in store.find_jobs("train-0001")] == ["train-0001"]
+        assert sorted(j.id for j in store.find_jobs("train-")) == [
+            "train-0001",
+            "train-0001x",
+            "train-0002",
+        ]
+        assert store.find_jobs("zzz") == []
+        assert store.find_jobs("train_") == []  # LIKE wildcards are taken literally
+        assert store.find_jobs("%") == []
+
+    def test_list_newest_first_and_by_status(self, store: Store) -> None:
+        for i in range(3):
+            new_job(store, f"job-{i}")
+        store.transition("job-1", S.CANCELLED, expected={S.QUEUED})
+        assert [j.id for j in store.list_jobs()] == ["job-2", "job-1", "job-0"]
+        assert [j.id for j in store.list_jobs([S.CANCELLED])] == ["job-1"]
+        assert len(store.list_jobs(limit=2)) == 2
+
+    def test_guarded_transition(self, store: Store) -> None:
+        job_id = new_job(store)
+        with pytest.raises(TransitionError):
+            store.transition(job_id, S.SUCCEEDED, expected={S.RUNNING})
+        assert store.get_job(job_id).status is S.QUEUED
+        job = store.transition(
+            job_id, S.CANCELLED, expected={S.QUEUED}, reason="by hand", ended_at=5.0
+        )
+        assert job.status is S.CANCELLED and job.reason == "by hand" and job.ended_at == 5.0
+        last = store.events(job_id)[-1]
+        assert (last.old_status, last.new_status, last.message) == (
+            S.QUEUED,
+            S.CANCELLED,
+            "by hand",
+        )
+
+    def test_admit_moves_only_chosen_jobs_with_their_allocation(self, store: Store) -> None:
+        for i in range(3):
+            new_job(store, f"job-{i}")
+        seen: list[list[str]] = []
+
+        def decide(queued, active):  # type: ignore[no-untyped-def]
+            seen.append([j.id for j in queued])
+            return [(queued[0].id, Allocation(2.0, 1024, (0, 1)))]
+
+        admitted = store.admit(decide, "local")
+        assert seen == [["job-0", "job-1", "job-2"]]  # oldest first
+        assert [j.id for j in admitted] == ["job-0"]
+        job = store.get_job("job-0")
+        assert job.status is S.STARTING
+        assert job.allocation == Allocation(2.0, 1024, (0, 1))
+        active_seen: list[list[str]] = []
+        store.admit(lambda q, a: active_seen.append([j.id for j in a]) or [], "local")
+        assert active_seen == [["job-0"]]
+
+    def test_attempts_are_numbered(self, store: Store) -> None:
+        job_id = new_job(store)
+        first = store.add_attempt(job_id, backend="local", host="h", log_dir="/logs")
+        second = store.add_attempt(job_id, backend="local", host="h", log_dir="/logs")
+        assert (first.number, second.number) == (1, 2)
+        assert second.log_path == "/logs/attempt-2.log"
+        done = store.update_attempt(
+            job_id, 1, status=AttemptStatus.FAILED, exit_code=3, reason="exit code 3"
+        )
+        assert (done.status, done.exit_code) == (AttemptStatus.FAILED, 3)
+        assert [a.number for a in store.attempts(job_id)] == [1, 2]
+
+    def test_notes(self, store: Store) -> None:
+        job_id = new_job(store)
+        store.add_event(job_id, "hello")
+        assert store.events(job_id)[-1].kind == "note"
+        assert store.events(job_id)[-1].message == "hello"
+
+
+def _race(path: str, job_ids: list[str], wins: multiprocessing.Queue[str]) -> None:
+    store = SQLiteStore(path)
+    for job_id in job_ids:
+        try:
+            store.transition(job_id, S.STARTING, expected={S.QUEUED})
+            wins.put(job_id)
+        except TransitionError:
+            pass
+
+
+def test_concurrent_guarded_transitions_have_one_winner(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "ferry.db")
+    ids = [new_job(store, f"job-{i:03d}") for i in range(60)]
+    ctx = multiprocessing.get_context("spawn")
+    wins: multiprocessing.Queue[str] = ctx.Queue()
+    procs = [
+        ctx.Process(target=_race, args=(str(tmp_path / "ferry.db"), ids, wins)) for _ in range(6)
+    ]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    won = [wins.get(timeout=5) for _ in range(60)]
+    assert sorted(won) == ids  # every job moved exactly once
+    assert all(store.get_job(i).status is S.STARTING for i in ids)
+
+
+def test_store_is_wal_and_private(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FERRY_HOME", str(tmp_path / "home"))
+    from ferry.store import open_store
+
+    open_store()
+    assert oct((tmp_path / "home").stat().st_mode & 0o777) == "0o700"
+    assert oct((tmp_path / "home" / "ferry.db").stat().st_mode & 0o777) == "0o600"
+    mode = (
+        sqlite3.connect(tmp_path / "home" / "ferry.db").execute("PRAGMA journal_mode").fetchone()[0]
+    )
+    assert mode == "wal"
+
+
+def test_store_written_by_newer_ferry_is_refused(tmp_path: Path) -> None:
+    SQLiteStore(tmp_path / "ferry.db").close()
+    db = sqlite3.connect(tmp_path / "ferry.db")
+    db.execute("PRAGMA user_version = 99")
+    db.close()
+    with pytest.raises(StoreError, match="newer Ferry"):
+        SQLiteStore(tmp_path / "ferry.db")
+
+
+def test_migrations_are_applied_once(tmp_path: Path) -> None:
+    SQLiteStore(tmp_path / "ferry.db").close()
+    store = SQLiteStore(tmp_path / "ferry.db")  # a second open must not re-run migrations
+    new_job(store)
+    assert store.get_job("train-0001").status is S.QUEUED
+
+
+def test_kill_9_in_the_middle_of_writes_never_corrupts(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    from tests.conftest import wait_for
+
+    path = tmp_path / "ferry.db"
+    SQLiteStore(path).close()
+    writer = (
+        (
+            "import sys\nfrom ferry.store.sqlite import SQLiteStore\n"
+            "s = SQLiteStore(sys.argv[1])\n"
+            "i = 0\n"
+            "while True:\n"
+            "    s.create_job(job_id=f'j-{i}', name='j', backend='local', spec={'command': ['x']},"
+            " job_dir='/d', outputs='/o')\n"
+            "    s.transition(f'j-{i}', S, expected={Q})\n"
+            "    i += 1\n"
+        )
+        .replace("S,", "JobStatus.CANCELLED,")
+        .replace("{Q}", "{JobStatus.QUEUED}")
+    )
+    writer = "from ferry.status import JobStatus\n" + writer
+    reader = SQLiteStore(path)
+    for round_ in range(1, 6):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", writer.replace("j-{i}", f"j{round_}-{{i}}"), str(path)]
+        )
+        # kill it mid-stream, once it has written a few dozen jobs
+        target = 30 * round_
+        wait_for(lambda: len(reader.list_jobs()) >= target, 30, "the writer to write")  # noqa: B023
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    store = SQLiteStore(path)
+    jobs = store.list_jobs()
+    assert jobs, "the writer wrote nothing"
+    # each job is whole: created with its event, then cancelled with its event, or (the
+    # last of a killed writer) only created
+    for job in jobs:
+        expected = [S.QUEUED, S.CANCELLED] if job.status is S.CANCELLED else [S.QUEUED]
+        assert [e.new_status for e in store.events(job.id)] == expected
+    assert sum(job.status is S.QUEUED for job in jobs) <= 5
+
+
+def test_active_states_cover_everything_between_admission_and_end() -> None:
+    assert {s for s in S if not s.is_terminal() and s is not S.QUEUED} == set(ACTIVE)
