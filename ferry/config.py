@@ -17,10 +17,16 @@ from ferry import defaults
 from ferry.errors import FerryError, UsageError
 from ferry.units import parse_duration, parse_size
 
+_homes: dict[str, Path] = {}
+
 
 def ferry_home() -> Path:
     """The folder holding the store, job folders and config; created private (0700)."""
-    home = Path(os.environ.get("FERRY_HOME") or Path.home() / defaults.HOME_DIRNAME)
+    key = os.environ.get("FERRY_HOME", "")
+    known = _homes.get(key)
+    if known is not None:
+        return known
+    home = Path(key or Path.home() / defaults.HOME_DIRNAME)
     home = home.expanduser().absolute()
     if not home.is_dir():
         try:
@@ -30,6 +36,7 @@ def ferry_home() -> Path:
                 f"cannot create FERRY_HOME {home}: {exc.strerror}",
                 "set FERRY_HOME to a writable folder",
             ) from None
+    _homes[key] = home
     return home
 
 
@@ -105,8 +112,32 @@ def _check_key(key: str) -> Setting:
     return SETTINGS[key]
 
 
+# (path, mtime_ns, size) -> settings: supervisors and admission read the config often.
+_cache: tuple[tuple[str, int, int], dict[str, str]] | None = None
+
+
+def config_version() -> tuple[str, int, int]:
+    """Changes whenever the config file does (for caches derived from settings)."""
+    path = config_path()
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return (str(path), 0, -1)
+    return (str(path), stat.st_mtime_ns, stat.st_size)
+
+
 def load_raw() -> dict[str, str]:
     """The stored settings as ``{"section.key": "text"}``, without defaults."""
+    global _cache
+    version = config_version()
+    if _cache is not None and _cache[0] == version:
+        return dict(_cache[1])
+    flat = _read_raw()
+    _cache = (version, flat)
+    return dict(flat)
+
+
+def _read_raw() -> dict[str, str]:
     path = config_path()
     try:
         text = path.read_text()

@@ -153,13 +153,17 @@ def _store_job(
 # Admission
 
 
-def schedule(store: Store, backend_name: str = "local") -> list[Job]:
-    """Admit the queued jobs that fit now and start a supervisor for each."""
+def schedule(store: Store, backend_name: str = "local", *, adopt: bool = False) -> list[Job]:
+    """Admit the queued jobs that fit now and start a supervisor for each.
+
+    With ``adopt`` (a supervisor whose job just ended), the first admitted job is left for
+    the caller to supervise itself, which saves starting a process per job.
+    """
     from ferry.backends.registry import get_backend
 
     backend = get_backend(backend_name)
     admitted = store.admit(backend.admit, backend_name)
-    for job in admitted:
+    for job in admitted[1:] if adopt else admitted:
         try:
             from ferry.supervisor import spawn_supervisor
 
@@ -418,95 +422,95 @@ def supervise(job_id: str, control: Control) -> None:
         try:
             running = backend.launch(request, control.wake_read)
         except FerryError as exc:
-            store.update_attempt(
-                job_id,
-                attempt.number,
-                status=AttemptStatus.FAILED,
-                ended_at=time.time(),
-                reason=exc.message,
-            )
             Path(attempt.log_path).write_text("")
-            _finish_job(store, job_id, _S.FAILED, str(exc))
+            _end(store, job_id, attempt.number, AttemptStatus.FAILED, _S.FAILED, str(exc), None)
             return
-        store.update_attempt(
-            job_id, attempt.number, status=AttemptStatus.RUNNING, handle=running.handle
-        )
         try:
             job = store.transition(
                 job_id,
                 _S.RUNNING,
                 expected={_S.STARTING, _S.RECOVERING},
                 started_at=job.started_at or time.time(),
+                attempt=(
+                    attempt.number,
+                    {"status": AttemptStatus.RUNNING, "handle": running.handle},
+                ),
             )
-        except TransitionError:
-            job = store.get_job(job_id)  # cancel arrived while launching; handled below
+        except TransitionError:  # cancel arrived while launching; _watch stops it at once
+            store.update_attempt(
+                job_id, attempt.number, status=AttemptStatus.RUNNING, handle=running.handle
+            )
+            job = store.get_job(job_id)
         outcome, code = _watch(store, job, running, control, grace, max_runtime)
-        now = time.time()
         if outcome == "exited" and code == 0:
-            store.update_attempt(
-                job_id, attempt.number, status=AttemptStatus.SUCCEEDED, ended_at=now, exit_code=0
-            )
-            _finish_job(store, job_id, _S.SUCCEEDED, "exit code 0", exit_code=0)
-            return
-        if outcome == "cancelled":
-            store.update_attempt(
+            _end(
+                store,
                 job_id,
                 attempt.number,
-                status=AttemptStatus.CANCELLED,
-                ended_at=now,
-                exit_code=code,
-                reason="cancelled",
+                AttemptStatus.SUCCEEDED,
+                _S.SUCCEEDED,
+                "exit code 0",
+                0,
             )
-            _finish_job(store, job_id, _S.CANCELLED, "cancelled", exit_code=code)
+            return
+        if outcome == "cancelled":
+            _end(
+                store,
+                job_id,
+                attempt.number,
+                AttemptStatus.CANCELLED,
+                _S.CANCELLED,
+                "cancelled",
+                code,
+            )
             return
         if outcome == "timeout":
             reason = f"max_runtime {_fmt_seconds(max_runtime)} reached"
-            store.update_attempt(
-                job_id,
-                attempt.number,
-                status=AttemptStatus.TIMED_OUT,
-                ended_at=now,
-                exit_code=code,
-                reason=reason,
-            )
-            _finish_job(store, job_id, _S.FAILED, reason, exit_code=code)
+            _end(store, job_id, attempt.number, AttemptStatus.TIMED_OUT, _S.FAILED, reason, code)
             return
         if outcome == "stopped":
             reason = f"its supervisor was stopped by {signal.Signals(control.terminated).name}"
-            store.update_attempt(
-                job_id,
-                attempt.number,
-                status=AttemptStatus.FAILED,
-                ended_at=now,
-                exit_code=code,
-                reason=reason,
-            )
-            _finish_job(store, job_id, _S.FAILED, reason, exit_code=code)
+            _end(store, job_id, attempt.number, AttemptStatus.FAILED, _S.FAILED, reason, code)
             return
         reason = _failure_reason(code, running.tail(defaults.REASON_LOG_LINES), running._killed)
-        store.update_attempt(
-            job_id,
-            attempt.number,
-            status=AttemptStatus.FAILED,
-            ended_at=now,
-            exit_code=code,
-            reason=reason,
-        )
-        if errors < retries_left:
-            errors += 1
-            try:
-                store.transition(
-                    job_id,
-                    _S.RECOVERING,
-                    expected={_S.RUNNING},
-                    reason=f"retry {errors} of {retries_left} after {reason}",
-                )
-            except TransitionError:
-                continue  # cancelled meanwhile: the loop's first check finishes it
-            _backoff(store, job_id, errors, control)
+        if errors >= retries_left:
+            _end(store, job_id, attempt.number, AttemptStatus.FAILED, _S.FAILED, reason, code)
+            return
+        errors += 1
+        ended = {
+            "status": AttemptStatus.FAILED,
+            "ended_at": time.time(),
+            "exit_code": code,
+            "reason": reason,
+        }
+        try:
+            store.transition(
+                job_id,
+                _S.RECOVERING,
+                expected={_S.RUNNING},
+                reason=f"retry {errors} of {retries_left} after {reason}",
+                attempt=(attempt.number, ended),
+            )
+        except TransitionError:  # cancelled meanwhile: the loop's first check finishes it
+            store.update_attempt(job_id, attempt.number, **ended)
             continue
-        _finish_job(store, job_id, _S.FAILED, reason, exit_code=code)
-        return
+        _backoff(store, job_id, errors, control)
+
+
+def _end(
+    store: Store,
+    job_id: str,
+    number: int,
+    attempt_status: AttemptStatus,
+    status: JobStatus,
+    reason: str,
+    code: int | None,
+) -> None:
+    """Record how an attempt ended and finish the job, in one transaction."""
+    ended = {"status": attempt_status, "ended_at": time.time(), "exit_code": code}
+    if attempt_status is not AttemptStatus.SUCCEEDED:
+        ended["reason"] = reason
+    _finish_job(store, job_id, status, reason, attempt=(number, ended), exit_code=code)
 
 
 def _fmt_seconds(seconds: float | None) -> str:

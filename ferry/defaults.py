@@ -39,3 +39,7 @@ DEFAULT_CPUS = 1.0
 # A job whose id was claimed at submit but whose supervisor never registered is lost
 # after this many seconds (the submitting process died between the two steps).
 START_TIMEOUT = 60.0
+
+# Admission looks at this many of the oldest queued jobs per pass: enough to fill any
+# machine, and it keeps each pass cheap when thousands of jobs wait.
+ADMISSION_WINDOW = 64

@@ -82,6 +82,13 @@ def kill_descendants() -> None:
                 os.waitpid(pid, 0)
 
 
+def reap_children() -> None:
+    """Collect every child that has exited (zombies still count as members of their group)."""
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+
+
 def hostname() -> str:
     """This machine's name (as ``socket.gethostname()``, without importing socket)."""
     return os.uname().nodename

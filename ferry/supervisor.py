@@ -18,8 +18,12 @@ import threading
 import time
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ferry.store import Job
+
+if TYPE_CHECKING:
+    from ferry.controller import Control
 
 SUPERVISOR_LOG = "supervisor.log"
 
@@ -44,14 +48,22 @@ def spawn_supervisor(job: Job) -> None:
 def _fork_supervisor(job_id: str, log_path: Path) -> None:
     # Double fork: the middle process exits at once, so the supervisor is never a zombie of
     # the submitting process, and the submitter waits only for that first, instant child.
-    pid = os.fork()
-    if pid:
-        os.waitpid(pid, 0)
-        return
+    # A supervisor (a child subreaper) forking another must not adopt it as an orphan: it
+    # would count as one of its job's processes and be killed with them.
+    from ferry.backends.local import not_subreaper
+
+    with not_subreaper():
+        pid = os.fork()
+        if pid:
+            os.waitpid(pid, 0)
+            return
     try:
         os.setsid()
         if os.fork():
             os._exit(0)
+        from ferry.backends.local import forget_subreaper
+
+        forget_subreaper()
         gc.freeze()  # never collect (and close) objects inherited from the submitter
         log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         null = os.open(os.devnull, os.O_RDONLY)
@@ -78,8 +90,28 @@ def _max_fd() -> int:
 
 
 def run(job_id: str) -> int:
-    """The supervisor's body: signals, then the controller's loop. Returns the exit code."""
-    from ferry.controller import Control, supervise
+    """The supervisor's body: signals, then the controller's loop for this job and for each
+    queued job it adopts when this one ends. Returns the exit code."""
+    from ferry.controller import supervise
+
+    control = _install_signals()
+    code = 0
+    current: str | None = job_id
+    while current is not None:
+        try:
+            supervise(current, control)
+        except Exception as exc:
+            print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} supervisor failed:", file=sys.stderr)
+            traceback.print_exc()
+            _record_crash(current, exc)
+            code = 1
+        # a supervisor that failed or was told to stop hands queued jobs to fresh ones
+        current = _next_job(current, adopt=code == 0 and not control.terminated)
+    return code
+
+
+def _install_signals() -> Control:
+    from ferry.controller import Control
 
     wake_read, wake_write = os.pipe()
     os.set_blocking(wake_read, False)
@@ -98,16 +130,7 @@ def run(job_id: str) -> int:
     signal.signal(signal.SIGINT, on_terminate)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    try:
-        supervise(job_id, control)
-    except Exception as exc:
-        print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} supervisor failed:", file=sys.stderr)
-        traceback.print_exc()
-        _record_crash(job_id, exc)
-        return 1
-    finally:
-        _schedule_next(job_id)
-    return 0
+    return control
 
 
 def _record_crash(job_id: str, exc: Exception) -> None:
@@ -131,16 +154,27 @@ def _record_crash(job_id: str, exc: Exception) -> None:
         traceback.print_exc()
 
 
-def _schedule_next(job_id: str) -> None:
-    """The job ended: start queued jobs into the room it held."""
+def _next_job(job_id: str, adopt: bool) -> str | None:
+    """The job ended: admit queued jobs into the room it held. With ``adopt``, return the
+    first of them for this process to supervise next (its output now goes to that job's
+    supervisor log); the others get supervisors of their own."""
     from ferry.controller import schedule
     from ferry.store import open_store
 
     try:
         store = open_store()
-        schedule(store, store.get_job(job_id).backend)
+        admitted = schedule(store, store.get_job(job_id).backend, adopt=adopt)
     except Exception:
         traceback.print_exc()
+        return None
+    if not adopt or not admitted:
+        return None
+    job = admitted[0]
+    log = os.open(Path(job.job_dir) / SUPERVISOR_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    return job.id
 
 
 if __name__ == "__main__":

@@ -16,8 +16,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
-from functools import cached_property
+from collections.abc import Iterator, Sequence
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,7 +25,7 @@ from ferry import defaults
 from ferry.backends.base import Backend, LaunchRequest, RunningAttempt
 from ferry.backends.local_inventory import Inventory, local_inventory
 from ferry.errors import DoesNotFit, FerryError, SpecError
-from ferry.procs import kill_descendants
+from ferry.procs import kill_descendants, reap_children
 from ferry.store.records import Allocation, Job
 from ferry.units import format_size
 
@@ -40,17 +40,46 @@ _PARTIAL_FLUSH = 0.5
 _DRAIN_TIMEOUT = 2.0
 
 
+@cache
+def _libc() -> object:
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True)
+
+
 def _prctl(option: int, value: int) -> None:
     if sys.platform.startswith("linux"):
-        import ctypes
+        _libc().prctl(option, value, 0, 0, 0)  # type: ignore[attr-defined]
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(option, value, 0, 0, 0)
+
+_subreaper = False
 
 
 def become_subreaper() -> None:
     """Orphaned descendants of this process are re-parented to it, not to init."""
+    global _subreaper
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    _subreaper = True
+
+
+def forget_subreaper() -> None:
+    """In a forked child: the flag is not inherited by the kernel, so drop ours too."""
+    global _subreaper
+    _subreaper = False
+
+
+@contextlib.contextmanager
+def not_subreaper() -> Iterator[None]:
+    """Stop being a subreaper for a moment (while starting a process that must be left to
+    init rather than adopted)."""
+    if not _subreaper:
+        yield
+        return
+    _prctl(_PR_SET_CHILD_SUBREAPER, 0)
+    try:
+        yield
+    finally:
+        _prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
 
 class _Timestamps:
@@ -123,6 +152,11 @@ class LocalAttempt(RunningAttempt):
         self._wake_fd = wake_fd
         if wake_fd is not None:
             self._selector.register(wake_fd, selectors.EVENT_READ)
+        # A pidfd becomes readable when the main process exits: no polling for its end.
+        self._pidfd: int | None = None
+        with contextlib.suppress(OSError, AttributeError):
+            self._pidfd = os.pidfd_open(self.pid)
+            self._selector.register(self._pidfd, selectors.EVENT_READ)
         self._tail: list[str] = []
         self.returncode: int | None = None
         self._killed = False
@@ -170,46 +204,47 @@ class LocalAttempt(RunningAttempt):
     def _open_streams(self) -> list[int]:
         return [fd for fd in self._streams if fd in self._selector.get_map()]
 
-    def pump(self, timeout: float) -> None:
-        """Move output to the log for up to ``timeout`` seconds (returns early on a wake-up)."""
+    def _poll_io(self, timeout: float, until_exit: bool) -> None:
+        """Move output to the log for up to ``timeout`` seconds.
+
+        Returns early on a wake-up (a signal for the supervisor), when ``until_exit`` and the
+        main process has exited, or when every stream has closed.
+        """
         deadline = time.monotonic() + timeout
         while True:
+            if not until_exit and not self._open_streams():
+                return
             remaining = deadline - time.monotonic()
             if self._partial:
                 remaining = min(remaining, _PARTIAL_FLUSH)
-            if not self._open_streams():
-                if remaining > 0 and self._proc.poll() is None:
-                    self._sleep(min(remaining, 0.05))
-                    continue
-                return
-            events = self._selector.select(max(0.0, remaining))
-            woke = False
-            for key, _ in events:
+            if self._pidfd is None and until_exit:
+                # no pidfd (old kernel): notice the exit by polling, a little at a time
+                if self._proc.poll() is not None:
+                    return
+                remaining = min(remaining, 0.01)
+            woke = exited = False
+            for key, _ in self._selector.select(max(0.0, remaining)):
                 if key.fd == self._wake_fd:
                     woke = True
                     with contextlib.suppress(BlockingIOError):
                         os.read(key.fd, 4096)
+                elif key.fd == self._pidfd:
+                    exited = True
+                    self._selector.unregister(key.fd)
+                    os.close(key.fd)
+                    self._pidfd = None
                 else:
                     self._read(key.fd)
             self._flush_partials()
-            if woke or time.monotonic() >= deadline:
+            if woke or (exited and until_exit) or time.monotonic() >= deadline:
                 return
-
-    def _sleep(self, seconds: float) -> None:
-        if self._wake_fd is None:
-            time.sleep(seconds)
-            return
-        ready = selectors.DefaultSelector()
-        ready.register(self._wake_fd, selectors.EVENT_READ)
-        ready.select(seconds)
-        ready.close()
 
     # -- life ------------------------------------------------------------------------------
 
     def wait(self, timeout: float) -> int | None:
         if self.returncode is not None:
             return self.returncode
-        self.pump(timeout)
+        self._poll_io(timeout, until_exit=True)
         code = self._proc.poll()
         if code is None:
             return None
@@ -219,14 +254,24 @@ class LocalAttempt(RunningAttempt):
 
     def _finish(self) -> None:
         """The main process ended: end what it left behind, then read the last output."""
-        self._signal_group(signal.SIGTERM)
+        if self._pidfd is not None:
+            self._selector.unregister(self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = None
+        self._signal_group(signal.SIGTERM)  # whatever the main process left in its group
         end = time.monotonic() + _DRAIN_TIMEOUT
-        while self._open_streams() and time.monotonic() < end:
-            self.pump(end - time.monotonic())
+        while time.monotonic() < end:
+            if self._open_streams():
+                self._poll_io(min(0.05, end - time.monotonic()), until_exit=False)
+            else:
+                reap_children()
+                if not self._group_alive():
+                    break
+                time.sleep(0.01)
         if self._open_streams() or self._group_alive():
             self._signal_group(signal.SIGKILL)
-            while self._open_streams() and time.monotonic() < end + _DRAIN_TIMEOUT:
-                self.pump(0.1)
+            kill_descendants()
+            self._poll_io(_DRAIN_TIMEOUT, until_exit=False)
         self._flush_partials(force=True)
         kill_descendants()
         for fd in self._open_streams():
@@ -267,9 +312,9 @@ class LocalBackend(Backend):
     name = "local"
     features = frozenset()  # spot, TPUs, buckets and multi-node come with later backends
 
-    @cached_property
+    @property
     def inventory(self) -> Inventory:
-        """This machine's resources (read once per process)."""
+        """This machine's resources (cached until the config changes)."""
         return local_inventory()
 
     def _check(self, spec: JobSpec) -> None:
@@ -325,6 +370,8 @@ class LocalBackend(Backend):
         free_gpus = [i for i in range(inv.gpus) if i not in used]
         chosen: list[tuple[str, Allocation]] = []
         for job in queued:
+            if cpus <= 1e-9:  # every job needs some CPU: nothing further can start
+                break
             need = self.needs(job)
             n_gpus = len(need.gpus)
             if need.cpus <= cpus + 1e-9 and need.memory <= memory and n_gpus <= len(free_gpus):

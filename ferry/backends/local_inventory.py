@@ -63,8 +63,19 @@ def _detect_gpus() -> tuple[int, str | None]:
     return count, gpu_type
 
 
+_cache: tuple[object, Inventory] | None = None
+
+
 def local_inventory() -> Inventory:
-    """The inventory now: config overrides win over detection."""
+    """The inventory now: config overrides win over detection (re-read when config changes)."""
+    global _cache
+    version = config.config_version()
+    if _cache is None or _cache[0] != version:
+        _cache = (version, _read_inventory())
+    return _cache[1]
+
+
+def _read_inventory() -> Inventory:
     cpus = config.get("local.cpus")
     if cpus is None:
         cpus = float(

@@ -63,12 +63,15 @@ class Store(abc.ABC):
         *,
         expected: Iterable[JobStatus],
         reason: str | None = None,
+        attempt: tuple[int, dict[str, Any]] | None = None,
         **fields: Any,
     ) -> Job:
         """Move a job to ``new`` if it is in one of ``expected``; record an event.
 
         ``fields`` are other job columns to set in the same update (``exit_code``,
-        ``ended_at``, ...). Raises TransitionError when the job is in another state.
+        ``ended_at``, ...); ``attempt`` is ``(number, fields)`` of one of its attempts to
+        update in the same transaction. Raises TransitionError when the job is in another
+        state (and then changes nothing).
         """
 
     @abc.abstractmethod
@@ -77,7 +80,10 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def admit(self, decide: AdmitFn, backend: str) -> list[Job]:
-        """Under the store's write lock, move the jobs ``decide`` picks to STARTING."""
+        """Under the store's write lock, move the jobs ``decide`` picks to STARTING.
+
+        ``decide`` sees the oldest queued jobs (at most ``defaults.ADMISSION_WINDOW``).
+        """
 
     @abc.abstractmethod
     def add_attempt(self, job_id: str, *, backend: str, host: str, log_dir: str) -> Attempt:

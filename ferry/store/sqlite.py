@@ -12,10 +12,10 @@ import os
 import sqlite3
 import time
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from ferry import defaults
 from ferry.errors import JobNotFound, StoreError, TransitionError
@@ -108,6 +108,31 @@ def _encode(field: str, value: Any) -> Any:
     if isinstance(value, AttemptStatus | JobStatus):
         return value.value
     return value
+
+
+class _LazyJobs(Sequence[Job]):
+    """Queued rows turned into Jobs only when admission looks at them (it usually stops
+    after the first few, once the machine is full)."""
+
+    def __init__(self, rows: list[tuple[Any, ...]]) -> None:
+        self._rows = rows
+        self._jobs: dict[int, Job] = {}
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    @overload
+    def __getitem__(self, index: int) -> Job: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Job]: ...
+    def __getitem__(self, index: int | slice) -> Job | Sequence[Job]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if index not in self._jobs:
+            self._jobs[index] = _job(self._rows[index])
+        return self._jobs[index]
 
 
 class SQLiteStore(Store):
@@ -266,6 +291,7 @@ class SQLiteStore(Store):
         *,
         expected: Iterable[JobStatus],
         reason: str | None = None,
+        attempt: tuple[int, dict[str, Any]] | None = None,
         **fields: Any,
     ) -> Job:
         allowed = [s.value for s in expected]
@@ -300,7 +326,11 @@ class SQLiteStore(Store):
                 " VALUES (?, ?, 'status', ?, ?, ?)",
                 (job_id, now, row[0], new.value, reason or ""),
             )
-        return self.get_job(job_id)
+            if attempt is not None:
+                self._update_attempt(db, job_id, *attempt)
+            return _job(
+                db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            )
 
     def update_job(self, job_id: str, **fields: Any) -> None:
         unknown = set(fields) - _JOB_FIELDS
@@ -316,16 +346,14 @@ class SQLiteStore(Store):
     def admit(self, decide: AdmitFn, backend: str) -> list[Job]:
         active_states = [s.value for s in JobStatus if s.is_active()]
         with self._write() as db:
-            queued = [
-                _job(r)
-                for r in db.execute(
-                    f"SELECT {_JOB_COLUMNS} FROM jobs WHERE status = ? AND backend = ?"
-                    " ORDER BY seq",
-                    (JobStatus.QUEUED.value, backend),
-                )
-            ]
-            if not queued:
+            head = db.execute(
+                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE status = ? AND backend = ?"
+                " ORDER BY seq LIMIT ?",
+                (JobStatus.QUEUED.value, backend, defaults.ADMISSION_WINDOW),
+            ).fetchall()
+            if not head:
                 return []
+            queued = _LazyJobs(head)
             active = [
                 _job(r)
                 for r in db.execute(
@@ -355,8 +383,7 @@ class SQLiteStore(Store):
                     " VALUES (?, ?, 'status', ?, ?, 'admitted')",
                     (job_id, now, JobStatus.QUEUED.value, JobStatus.STARTING.value),
                 )
-        ids = {job_id for job_id, _ in chosen}
-        return [self.get_job(j.id) for j in queued if j.id in ids]
+        return [self.get_job(job_id) for job_id, _ in chosen]
 
     # -- attempts and events ---------------------------------------------------------------
 
@@ -374,16 +401,22 @@ class SQLiteStore(Store):
             )
         return self.attempts(job_id)[-1]
 
-    def update_attempt(self, job_id: str, number: int, **fields: Any) -> Attempt:
+    @staticmethod
+    def _update_attempt(
+        db: sqlite3.Connection, job_id: str, number: int, fields: dict[str, Any]
+    ) -> None:
         unknown = set(fields) - _ATTEMPT_FIELDS
         if unknown:
             raise ValueError(f"not attempt fields: {sorted(unknown)}")
         sets = ", ".join(f"{k} = ?" for k in fields)
+        db.execute(
+            f"UPDATE attempts SET {sets} WHERE job_id = ? AND number = ?",
+            [*(_encode(k, v) for k, v in fields.items()), job_id, number],
+        )
+
+    def update_attempt(self, job_id: str, number: int, **fields: Any) -> Attempt:
         with self._write() as db:
-            db.execute(
-                f"UPDATE attempts SET {sets} WHERE job_id = ? AND number = ?",
-                [*(_encode(k, v) for k, v in fields.items()), job_id, number],
-            )
+            self._update_attempt(db, job_id, number, fields)
         rows = self._read(
             f"SELECT {_ATTEMPT_COLUMNS} FROM attempts WHERE job_id = ? AND number = ?",
             (job_id, number),

@@ -499,3 +499,32 @@ def test_partial_lines_and_binary_output(home: Path, project: Path) -> None:
     result = ferry("run", "--", "python", "raw.py", cwd=project)
     assert result.returncode == 0
     assert result.stdout.splitlines() == ["prompt> ", "café \ufffd", "progress 1", "progress 2"]
+
+
+def test_a_supervisor_adopts_the_next_job_and_spares_the_ones_it_starts(home: Path, project: Path) -> None:
+    ferry("config", "set", "local.cpus", "2")
+    script(project, "gate.py", """
+        import os, sys, time
+        gate = os.path.join(os.environ["FERRY_TEST_TMP"], "open-" + sys.argv[1])
+        while not os.path.exists(gate):
+            time.sleep(0.05)
+    """)
+    big = submit("--name", "big", "--cpus", "2", "--", "python", "gate.py", "big", cwd=project)
+    wait_status(big, "RUNNING")
+    quick = submit("--name", "quick", "--cpus", "1", "--", "python", "-c", "pass", cwd=project)
+    slow = submit("--name", "slow", "--cpus", "1", "--", "python", "gate.py", "slow", cwd=project)
+    (home.parent / "open-big").write_text("")
+    wait_status(quick, "SUCCEEDED")
+    wait_status(slow, "RUNNING")
+    from ferry.store import open_store
+
+    store = open_store()
+    # the supervisor of `big` went on to supervise `quick`, and started one for `slow`
+    assert store.get_job(quick).supervisor_pid == store.get_job(big).supervisor_pid
+    slow_supervisor = store.get_job(slow).supervisor_pid
+    assert slow_supervisor != store.get_job(big).supervisor_pid
+    # `quick` ending killed what it left behind, but not the supervisor it had started
+    assert slow_supervisor is not None and pid_alive(slow_supervisor)
+    assert job_status(slow)["status"] == "RUNNING"
+    (home.parent / "open-slow").write_text("")
+    assert wait_status(slow, "SUCCEEDED", "FAILED")["status"] == "SUCCEEDED"
