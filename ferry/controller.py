@@ -359,21 +359,20 @@ def _launch_env(job: Job) -> dict[str, str]:
     return env
 
 
-def supervise(job_id: str, control: Control) -> None:
+def supervise(job_id: str, control: Control, store: Store | None = None) -> None:
     """Run a job's attempts to the end. Called in the detached supervisor process."""
     from ferry.backends.base import LaunchRequest
     from ferry.backends.local import LocalBackend, become_subreaper
     from ferry.contract.env import JobDirs, contract_env
 
-    store = open_store()
+    store = store or open_store()
     job = store.get_job(job_id)
-    store.update_job(
-        job_id,
-        supervisor_pid=os.getpid(),
-        supervisor_host=hostname(),
-        supervisor_started=start_time(os.getpid()),
-        heartbeat_at=time.time(),
-    )
+    # Recorded with the move to RUNNING; until then START_TIMEOUT covers a vanished supervisor.
+    me = {
+        "supervisor_pid": os.getpid(),
+        "supervisor_host": hostname(),
+        "supervisor_started": start_time(os.getpid()),
+    }
     become_subreaper()
     backend = LocalBackend()
     spec = job.spec
@@ -431,15 +430,18 @@ def supervise(job_id: str, control: Control) -> None:
                 _S.RUNNING,
                 expected={_S.STARTING, _S.RECOVERING},
                 started_at=job.started_at or time.time(),
+                heartbeat_at=time.time(),
                 attempt=(
                     attempt.number,
                     {"status": AttemptStatus.RUNNING, "handle": running.handle},
                 ),
+                **me,
             )
         except TransitionError:  # cancel arrived while launching; _watch stops it at once
             store.update_attempt(
                 job_id, attempt.number, status=AttemptStatus.RUNNING, handle=running.handle
             )
+            store.update_job(job_id, **me)
             job = store.get_job(job_id)
         outcome, code = _watch(store, job, running, control, grace, max_runtime)
         if outcome == "exited" and code == 0:

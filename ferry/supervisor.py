@@ -20,7 +20,7 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ferry.store import Job
+from ferry.store import Job, Store
 
 if TYPE_CHECKING:
     from ferry.controller import Control
@@ -93,20 +93,22 @@ def run(job_id: str) -> int:
     """The supervisor's body: signals, then the controller's loop for this job and for each
     queued job it adopts when this one ends. Returns the exit code."""
     from ferry.controller import supervise
+    from ferry.store import open_store
 
     control = _install_signals()
+    store = open_store()
     code = 0
     current: str | None = job_id
     while current is not None:
         try:
-            supervise(current, control)
+            supervise(current, control, store)
         except Exception as exc:
             print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} supervisor failed:", file=sys.stderr)
             traceback.print_exc()
             _record_crash(current, exc)
             code = 1
         # a supervisor that failed or was told to stop hands queued jobs to fresh ones
-        current = _next_job(current, adopt=code == 0 and not control.terminated)
+        current = _next_job(store, current, adopt=code == 0 and not control.terminated)
     return code
 
 
@@ -128,7 +130,8 @@ def _install_signals() -> Control:
     signal.signal(signal.SIGUSR1, on_wake)
     signal.signal(signal.SIGTERM, on_terminate)
     signal.signal(signal.SIGINT, on_terminate)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    # A handler rather than SIG_IGN: an ignored signal stays ignored in the job after exec.
+    signal.signal(signal.SIGHUP, lambda signum, frame: None)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     return control
 
@@ -154,15 +157,13 @@ def _record_crash(job_id: str, exc: Exception) -> None:
         traceback.print_exc()
 
 
-def _next_job(job_id: str, adopt: bool) -> str | None:
+def _next_job(store: Store, job_id: str, adopt: bool) -> str | None:
     """The job ended: admit queued jobs into the room it held. With ``adopt``, return the
     first of them for this process to supervise next (its output now goes to that job's
     supervisor log); the others get supervisors of their own."""
     from ferry.controller import schedule
-    from ferry.store import open_store
 
     try:
-        store = open_store()
         admitted = schedule(store, store.get_job(job_id).backend, adopt=adopt)
     except Exception:
         traceback.print_exc()

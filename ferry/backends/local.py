@@ -98,44 +98,72 @@ class _Timestamps:
         return f"{self._prefix}.{int((t - second) * 1000):03d}Z".encode()
 
 
+@cache
+def _pdeathsig_wrapper() -> tuple[str, ...]:
+    """``setpriv --pdeathsig KILL --`` (util-linux) where available, else nothing."""
+    import shutil
+
+    setpriv = shutil.which("setpriv")
+    if not setpriv or not sys.platform.startswith("linux"):
+        return ()
+    probe = subprocess.run(
+        [setpriv, "--pdeathsig", "KILL", "--", "true"], capture_output=True, check=False
+    )
+    return (setpriv, "--pdeathsig", "KILL", "--") if probe.returncode == 0 else ()
+
+
+def _check_executable(name: str, env: dict[str, str], cwd: str) -> None:
+    """Fail clearly if the command's first word names no program exec could run."""
+    import shutil
+
+    hint = "check the command's first word, or use shell: true for shell syntax"
+    if "/" in name:
+        path = os.path.join(cwd, name)
+        if not os.path.exists(path):
+            raise FerryError(f"command not found: {name}", hint)
+        if os.path.isdir(path) or not os.access(path, os.X_OK):
+            raise FerryError(
+                f"cannot execute {name}: permission denied",
+                f"make it executable (chmod +x {name}) or run it with its interpreter",
+            )
+    elif shutil.which(name, path=env.get("PATH", os.defpath)) is None:
+        raise FerryError(f"command not found: {name}", hint)
+
+
 class LocalAttempt(RunningAttempt):
     """A process group on this machine and the log it writes."""
 
     def __init__(self, request: LaunchRequest, wake_fd: int | None) -> None:
         self._log = os.open(request.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        parent = os.getpid()
-
-        def child_setup() -> None:  # runs in the child between fork and exec
-            os.setpgid(0, 0)
-            _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-            if os.getppid() != parent:  # the supervisor died before prctl took effect
-                os._exit(137)
-            for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
-                signal.signal(sig, signal.SIG_DFL)
-
         try:
-            self._proc = subprocess.Popen(
-                request.argv,
-                cwd=request.cwd,
-                env=request.env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                preexec_fn=child_setup,
-                close_fds=True,
-            )
-        except FileNotFoundError:
+            _check_executable(request.argv[0], request.env, request.cwd)
+        except FerryError:
             os.close(self._log)
-            raise FerryError(
-                f"command not found: {request.argv[0]}",
-                "check the command's first word, or use shell: true for shell syntax",
-            ) from None
-        except PermissionError:
-            os.close(self._log)
-            raise FerryError(
-                f"cannot execute {request.argv[0]}: permission denied",
-                f"make it executable (chmod +x {request.argv[0]}) or run it with its interpreter",
-            ) from None
+            raise
+        common = {
+            "cwd": request.cwd,
+            "env": request.env,
+            "stdin": subprocess.DEVNULL,
+            "stdout": subprocess.PIPE,
+            "stderr": subprocess.PIPE,
+            "close_fds": True,
+        }
+        wrapper = _pdeathsig_wrapper()
+        if wrapper:
+            # setpriv sets the parent-death signal and execs the command: far cheaper than
+            # running Python in the forked child (preexec_fn), which also rules out vfork.
+            argv = [*wrapper, *request.argv]
+            self._proc = subprocess.Popen(argv, process_group=0, **common)  # type: ignore[call-overload]
+        else:
+            parent = os.getpid()
+
+            def child_setup() -> None:  # runs in the child between fork and exec
+                os.setpgid(0, 0)
+                _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+                if os.getppid() != parent:  # the supervisor died before prctl took effect
+                    os._exit(137)
+
+            self._proc = subprocess.Popen(request.argv, preexec_fn=child_setup, **common)  # type: ignore[call-overload]
         self.pid = self._proc.pid
         self.handle = str(self.pid)  # the group id equals the leader's pid
         self._stamps = _Timestamps()
@@ -245,7 +273,7 @@ class LocalAttempt(RunningAttempt):
         if self.returncode is not None:
             return self.returncode
         self._poll_io(timeout, until_exit=True)
-        code = self._proc.poll()
+        code: int | None = self._proc.poll()
         if code is None:
             return None
         self._finish()

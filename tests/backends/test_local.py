@@ -501,14 +501,20 @@ def test_partial_lines_and_binary_output(home: Path, project: Path) -> None:
     assert result.stdout.splitlines() == ["prompt> ", "café \ufffd", "progress 1", "progress 2"]
 
 
-def test_a_supervisor_adopts_the_next_job_and_spares_the_ones_it_starts(home: Path, project: Path) -> None:
+def test_a_supervisor_adopts_the_next_job_and_spares_the_ones_it_starts(
+    home: Path, project: Path
+) -> None:
     ferry("config", "set", "local.cpus", "2")
-    script(project, "gate.py", """
+    script(
+        project,
+        "gate.py",
+        """
         import os, sys, time
         gate = os.path.join(os.environ["FERRY_TEST_TMP"], "open-" + sys.argv[1])
         while not os.path.exists(gate):
             time.sleep(0.05)
-    """)
+    """,
+    )
     big = submit("--name", "big", "--cpus", "2", "--", "python", "gate.py", "big", cwd=project)
     wait_status(big, "RUNNING")
     quick = submit("--name", "quick", "--cpus", "1", "--", "python", "-c", "pass", cwd=project)
