@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ferry import defaults
 from ferry.errors import AmbiguousJob, FerryError, JobNotFound
 from ferry.status import JobStatus
-from ferry.store import Attempt, Store, open_store
+from ferry.store import Attempt, Store, shared_store
 from ferry.store import Job as JobRecord
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ class Job:
     """A submitted job. Properties read the store each time, so they are always current."""
 
     def __init__(self, job_id: str, store: Store | None = None) -> None:
-        self._store = store or open_store()
+        self._store = store or shared_store()
         self.id = job_id
 
     @property
@@ -178,19 +178,19 @@ def submit(spec: JobSpec | dict[str, Any] | str | Path | None = None, **fields: 
         resolved = load_spec(spec, fields)
     else:
         resolved = spec_from_dict(merge(spec or {}, fields))
-    store = open_store()
+    store = shared_store()
     record = controller_submit(resolved, store=store)
     return Job(record.id, store)
 
 
 def get_job(ref: str) -> Job:
     """The job with this id or unique id prefix."""
-    store = open_store()
+    store = shared_store()
     return Job(resolve_job(store, ref).id, store)
 
 
 def list_jobs(status: JobStatus | str | None = None, limit: int | None = 100) -> list[Job]:
     """Jobs, newest first."""
-    store = open_store()
+    store = shared_store()
     statuses = [JobStatus(status)] if status else None
     return [Job(r.id, store) for r in store.list_jobs(statuses, limit)]

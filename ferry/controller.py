@@ -368,7 +368,7 @@ def supervise(job_id: str, control: Control, store: Store | None = None) -> None
     store = store or open_store()
     job = store.get_job(job_id)
     # Recorded with the move to RUNNING; until then START_TIMEOUT covers a vanished supervisor.
-    me = {
+    me: dict[str, Any] = {
         "supervisor_pid": os.getpid(),
         "supervisor_host": hostname(),
         "supervisor_started": start_time(os.getpid()),

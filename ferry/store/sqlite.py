@@ -344,46 +344,71 @@ class SQLiteStore(Store):
             )
 
     def admit(self, decide: AdmitFn, backend: str) -> list[Job]:
-        active_states = [s.value for s in JobStatus if s.is_active()]
-        with self._write() as db:
-            head = db.execute(
-                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE status = ? AND backend = ?"
-                " ORDER BY seq LIMIT ?",
-                (JobStatus.QUEUED.value, backend, defaults.ADMISSION_WINDOW),
-            ).fetchall()
-            if not head:
-                return []
-            queued = _LazyJobs(head)
-            active = [
-                _job(r)
-                for r in db.execute(
-                    f"SELECT {_JOB_COLUMNS} FROM jobs WHERE backend = ? AND status IN"
-                    f" ({','.join('?' * len(active_states))})",
-                    (backend, *active_states),
-                )
-            ]
-            chosen = decide(queued, active)
-            now = time.time()
-            for job_id, allocation in chosen:
-                changed = db.execute(
-                    "UPDATE jobs SET status = ?, allocation = ?, updated_at = ?"
-                    " WHERE id = ? AND status = ?",
-                    (
-                        JobStatus.STARTING.value,
-                        json.dumps(allocation.to_json()),
-                        now,
-                        job_id,
-                        JobStatus.QUEUED.value,
-                    ),
-                ).rowcount
-                if changed != 1:  # impossible under the write lock; refuse to half-admit
-                    raise TransitionError(f"job {job_id} left the queue during admission")
-                db.execute(
-                    "INSERT INTO events (job_id, at, kind, old_status, new_status, message)"
-                    " VALUES (?, ?, 'status', ?, ?, 'admitted')",
-                    (job_id, now, JobStatus.QUEUED.value, JobStatus.STARTING.value),
-                )
+        # Most passes admit nothing (the machine is full): decide under a plain read
+        # transaction, and take the write lock only when there is something to write.
+        db = self._conn()
+        db.execute("BEGIN DEFERRED")
+        try:
+            chosen = self._decide(db, decide, backend)
+            if chosen:
+                self._admit(db, chosen)
+            db.execute("COMMIT")
+        except sqlite3.OperationalError:
+            # another process wrote since our read began (SQLITE_BUSY_SNAPSHOT): redo the
+            # pass under the write lock
+            db.execute("ROLLBACK")
+            with self._write() as db:
+                chosen = self._decide(db, decide, backend)
+                self._admit(db, chosen)
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
         return [self.get_job(job_id) for job_id, _ in chosen]
+
+    @staticmethod
+    def _decide(
+        db: sqlite3.Connection, decide: AdmitFn, backend: str
+    ) -> list[tuple[str, Allocation]]:
+        head = db.execute(
+            f"SELECT {_JOB_COLUMNS} FROM jobs WHERE status = ? AND backend = ?"
+            " ORDER BY seq LIMIT ?",
+            (JobStatus.QUEUED.value, backend, defaults.ADMISSION_WINDOW),
+        ).fetchall()
+        if not head:
+            return []
+        active_states = [s.value for s in JobStatus if s.is_active()]
+        active = [
+            _job(r)
+            for r in db.execute(
+                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE backend = ? AND status IN"
+                f" ({','.join('?' * len(active_states))})",
+                (backend, *active_states),
+            )
+        ]
+        return decide(_LazyJobs(head), active)
+
+    @staticmethod
+    def _admit(db: sqlite3.Connection, chosen: list[tuple[str, Allocation]]) -> None:
+        now = time.time()
+        for job_id, allocation in chosen:
+            changed = db.execute(
+                "UPDATE jobs SET status = ?, allocation = ?, updated_at = ?"
+                " WHERE id = ? AND status = ?",
+                (
+                    JobStatus.STARTING.value,
+                    json.dumps(allocation.to_json()),
+                    now,
+                    job_id,
+                    JobStatus.QUEUED.value,
+                ),
+            ).rowcount
+            if changed != 1:  # impossible inside one transaction; refuse to half-admit
+                raise TransitionError(f"job {job_id} left the queue during admission")
+            db.execute(
+                "INSERT INTO events (job_id, at, kind, old_status, new_status, message)"
+                " VALUES (?, ?, 'status', ?, ?, 'admitted')",
+                (job_id, now, JobStatus.QUEUED.value, JobStatus.STARTING.value),
+            )
 
     # -- attempts and events ---------------------------------------------------------------
 
