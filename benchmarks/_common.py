@@ -1,0 +1,209 @@
+"""Shared pieces of the benchmark scripts: a private FERRY_HOME and code folder, timing
+statistics, waiting for jobs, and the one JSON line each script prints.
+
+Import this module before ``ferry``: :func:`sandbox` sets ``FERRY_HOME`` for the process.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+BIN_DIR = str(Path(sys.executable).parent)
+FERRY_EXE = str(Path(BIN_DIR) / "ferry")
+
+
+def log(message: str) -> None:
+    """Progress for people: stderr, so stdout holds only the result line."""
+    print(f"[{Path(sys.argv[0]).stem}] {message}", file=sys.stderr, flush=True)
+
+
+def child_env() -> dict[str, str]:
+    """This environment with ``python`` resolving to this interpreter."""
+    env = dict(os.environ)
+    if env.get("PATH", "").split(os.pathsep)[0] != BIN_DIR:
+        env["PATH"] = BIN_DIR + os.pathsep + env.get("PATH", os.defpath)
+    return env
+
+
+@contextmanager
+def sandbox() -> Iterator[Path]:
+    """A fresh FERRY_HOME and an empty code folder as cwd; both removed afterwards.
+
+    Yields the code folder.
+    """
+    previous_cwd = os.getcwd()
+    previous_env = dict(os.environ)
+    home = tempfile.mkdtemp(prefix="ferry-bench-home-")
+    code = tempfile.mkdtemp(prefix="ferry-bench-code-")
+    os.environ["FERRY_HOME"] = home
+    os.environ["PATH"] = BIN_DIR + os.pathsep + os.environ.get("PATH", os.defpath)
+    # Measure Ferry as installed (bytecode cached) even where the environment turns
+    # caching off; the cache lives in the sandbox, so the checkout gets no __pycache__.
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ["PYTHONPYCACHEPREFIX"] = str(Path(home) / "pycache")
+    os.chdir(code)
+    try:
+        yield Path(code)
+    finally:
+        try:
+            stop_leftovers()
+        except Exception as exc:
+            log(f"clean-up: {type(exc).__name__}: {exc}")
+        os.chdir(previous_cwd)
+        os.environ.clear()
+        os.environ.update(previous_env)
+        shutil.rmtree(home, ignore_errors=True)
+        shutil.rmtree(code, ignore_errors=True)
+
+
+def timed_run(argv: Sequence[str], capture: bool = False) -> tuple[float, str]:
+    """Run a command to its end; return (wall seconds, stdout if captured)."""
+    start = time.perf_counter()
+    proc = subprocess.run(
+        list(argv),
+        env=child_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE if capture else subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=False,
+    )
+    took = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} exited {proc.returncode}")
+    return took, (proc.stdout.decode() if capture else "")
+
+
+def percentile(values: Iterable[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100)."""
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def summary(values: Sequence[float]) -> dict[str, float]:
+    """Median, p90, min and count of timings (seconds, rounded to microseconds)."""
+    return {
+        "median_s": round(statistics.median(values), 6),
+        "p90_s": round(percentile(values, 90), 6),
+        "min_s": round(min(values), 6),
+        "n": len(values),
+    }
+
+
+def wait_for_jobs(
+    job_ids: Iterable[str], timeout: float, stall: float = 20.0, poll: float = 0.1
+) -> tuple[dict[str, Any], bool]:
+    """Wait until every job is terminal; return (their records by id, whether all ended).
+
+    Polls the store with one query per round (cheaper than a ``Job.wait`` loop per job) and
+    runs ``reconcile`` every heartbeat interval, as ``Job.wait`` does, so a lost supervisor
+    ends its job. Gives up after ``timeout`` seconds, or after ``stall`` seconds in which no
+    job changed, so a broken run reports instead of hanging.
+    """
+    from ferry import defaults
+    from ferry.controller import reconcile
+    from ferry.store import open_store
+
+    wanted = set(job_ids)
+    store = open_store()
+    start = last_change = reconciled = time.monotonic()
+    seen: dict[str, tuple[str, float]] = {}
+    while True:
+        records = {j.id: j for j in store.list_jobs(None, None) if j.id in wanted}
+        now = time.monotonic()
+        state = {i: (r.status.value, r.updated_at) for i, r in records.items()}
+        if state != seen:
+            seen, last_change = state, now
+        if len(records) == len(wanted) and all(r.status.is_terminal() for r in records.values()):
+            return records, True
+        if now - reconciled >= defaults.HEARTBEAT_INTERVAL:
+            reconcile(store)
+            reconciled = now
+        if now - start >= timeout or now - last_change >= stall:
+            pending = Counter(r.status.value for r in records.values() if r.status.is_active())
+            why = "timed out" if now - start >= timeout else f"no job changed for {stall:g}s"
+            log(f"gave up waiting ({why}); still active: {dict(pending)}")
+            return records, False
+        time.sleep(poll)
+
+
+def _live_supervisor(job: Any) -> int | None:
+    """The job's supervisor pid if that very process still runs."""
+    from ferry.procs import start_time
+
+    pid = job.supervisor_pid
+    started = start_time(pid) if pid else None
+    if pid and started and abs(started - (job.supervisor_started or started)) < 1.0:
+        return int(pid)
+    return None
+
+
+def stop_leftovers() -> None:
+    """Cancel every unfinished job in this sandbox's store and kill supervisors that remain.
+
+    The sandbox's FERRY_HOME holds only this benchmark's jobs, so nothing else is touched;
+    a supervisor is killed only if its pid still has the start time it registered.
+    """
+    if "ferry.store" not in sys.modules:
+        return
+    import signal
+
+    from ferry.controller import cancel
+    from ferry.status import ACTIVE, JobStatus
+    from ferry.store import open_store
+
+    store = open_store()
+    unfinished = store.list_jobs(ACTIVE | {JobStatus.QUEUED}, None)
+    if not unfinished:
+        return
+    log(f"stopping {len(unfinished)} job(s) left unfinished")
+    for job in unfinished:
+        try:
+            cancel(store, job)
+        except Exception as exc:  # a broken store must not stop the clean-up
+            log(f"cancel {job.id}: {exc}")
+    end = time.monotonic() + 15
+    while time.monotonic() < end:
+        if not any(_live_supervisor(j) for j in store.list_jobs(ACTIVE, None)):
+            return
+        time.sleep(0.2)
+    for job in store.list_jobs(ACTIVE, None):
+        pid = _live_supervisor(job)
+        if pid:
+            log(f"killing the supervisor of {job.id} (pid {pid})")
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def outcomes(records: Iterable[Any]) -> dict[str, int]:
+    """How many jobs ended in each status."""
+    return dict(Counter(r.status.value for r in records))
+
+
+def failure_reasons(records: Iterable[Any], limit: int = 3) -> list[str]:
+    """A few distinct reasons of jobs that did not succeed."""
+    reasons = {f"{r.status.value}: {r.reason}" for r in records if r.status.value != "SUCCEEDED"}
+    return sorted(reasons)[:limit]
+
+
+def emit(result: dict[str, Any]) -> None:
+    """Print the one JSON result line (keys: bench, metric, value, unit, budget, rule, ok)."""
+    for key in ("bench", "metric", "value", "unit", "budget", "rule", "ok"):
+        if key not in result:
+            raise KeyError(f"result lacks {key!r}")
+    print(json.dumps(result, sort_keys=False), flush=True)
