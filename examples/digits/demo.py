@@ -4,6 +4,8 @@ backend, SQLite store and local bucket under FERRY_HOME), then say how it went."
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -36,7 +38,9 @@ def main() -> int:
     print(f"\ndemo: job {job_id} SUCCEEDED")
     print(f"demo: test accuracy {metrics['test_accuracy']:.1%}")
     print(f"demo: model in {model_dir / 'model.pt'}")
-    print(f"demo: more with: ferry status {job_id}   ferry logs {job_id}   ferry jobs")
+    on_path = shutil.which("ferry") == str(FERRY)
+    ferry = "ferry" if on_path else os.path.relpath(FERRY)
+    print(f"demo: more with: {ferry} status {job_id}   {ferry} logs {job_id}   {ferry} jobs")
     return 0
 
 

@@ -137,3 +137,37 @@ def test_help_lists_every_command() -> None:
     for name in ("run", "jobs", "status", "logs", "cancel", "wait", "config"):
         assert name in out
     assert ferry("--version").stdout.startswith("ferry ")
+
+
+def test_jobs_watch_is_live_until_ctrl_c(home: Path, project: Path) -> None:
+    import os
+    import pty
+    import select
+    import signal
+    import time
+
+    first = submit("--name", "first", "--", "true", cwd=project)
+    ferry("wait", first)
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: `ferry jobs --watch` on a terminal
+        os.execv(FERRY, [FERRY, "jobs", "--watch"])
+    seen = b""
+
+    def read_until(text: bytes, timeout: float = 30) -> None:
+        nonlocal seen
+        end = time.monotonic() + timeout
+        while text not in seen:
+            assert time.monotonic() < end, f"never showed {text!r}: {seen[-500:]!r}"
+            if select.select([fd], [], [], 0.1)[0]:
+                try:
+                    seen += os.read(fd, 65536)
+                except OSError:
+                    break
+
+    read_until(first.encode())
+    second = submit("--name", "second", "--", "true", cwd=project)
+    read_until(second.encode())  # the table refreshed by itself
+    os.kill(pid, signal.SIGINT)
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == 0
