@@ -1,7 +1,9 @@
-"""The detached supervisor process: one per running job.
+"""The detached supervisor process: it runs one job at a time.
 
 It runs in its own session (closing the terminal does not touch it), writes its own errors
-to ``<job dir>/supervisor.log``, and runs :func:`ferry.controller.supervise`. It is started by
+to ``<job dir>/supervisor.log``, and runs :func:`ferry.controller.supervise`. When its job
+ends it admits queued jobs into the room it held and goes on to supervise the first of them
+itself (starting a process per job would cost more than a tiny job). It is started by
 forking the submitting process when that is safe (single-threaded: the CLI, scripts), which
 costs a millisecond, and otherwise by executing ``python -m ferry.supervisor JOB`` (Jupyter
 kernels and other threaded hosts, where forking is unsafe).

@@ -6,6 +6,7 @@ exits 2 for usage errors, 1 otherwise; ``--debug`` shows the traceback instead.
 
 from __future__ import annotations
 
+import errno
 import sys
 from typing import Any
 
@@ -72,6 +73,17 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as exc:
+        if debug:
+            raise
+        where = f" ({exc.filename})" if exc.filename else ""
+        hint = ""
+        if exc.errno == errno.ENOSPC:
+            hint = " (free some space, or point FERRY_HOME at another disk)"
+        elif exc.errno in (errno.EACCES, errno.EPERM):
+            hint = " (check the permissions of that path)"
+        print(f"ferry: {exc.strerror or exc}{where}{hint}", file=sys.stderr)
+        return 1
     except Exception as exc:
         if debug:
             raise

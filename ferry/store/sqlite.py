@@ -145,10 +145,7 @@ class SQLiteStore(Store):
         try:
             self._migrate()
         except sqlite3.DatabaseError as exc:
-            raise StoreError(
-                f"cannot open the job store {self.path}: {exc}",
-                "check the file's permissions, or move it aside to start a fresh store",
-            ) from None
+            raise self._failure(exc, opening=True) from None
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(
@@ -187,14 +184,52 @@ class SQLiteStore(Store):
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        db = self._conn()
-        db.execute("BEGIN IMMEDIATE")
+        try:
+            db = self._conn()
+            db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise self._failure(exc) from None
         try:
             yield db
-        except BaseException:
-            db.execute("ROLLBACK")
+            db.execute("COMMIT")
+        except BaseException as exc:
+            if db.in_transaction:  # SQLite may have rolled back already (disk full)
+                db.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.OperationalError):
+                raise self._failure(exc) from None
             raise
-        db.execute("COMMIT")
+
+    def _disk_full(self) -> bool:
+        try:
+            stat = os.statvfs(self.path.parent)
+        except OSError:
+            return False
+        return stat.f_bavail * stat.f_frsize < 64 * 1024 or stat.f_favail == 0
+
+    def _failure(self, exc: sqlite3.Error, opening: bool = False) -> StoreError:
+        """A person's words for what went wrong with the store file."""
+        text = str(exc)
+        # SQLite says "disk I/O error" when it cannot even create its WAL files
+        if "full" in text or ("I/O" in text and self._disk_full()):
+            return StoreError(
+                f"the disk holding the job store {self.path} is full; nothing was changed",
+                "free some space, or point FERRY_HOME at another disk",
+            )
+        if "locked" in text or "busy" in text:
+            return StoreError(
+                f"the job store {self.path} stayed locked by another process for "
+                f"{defaults.SQLITE_BUSY_TIMEOUT_MS // 1000}s",
+                "try again; if it persists, look for a stuck ferry process",
+            )
+        if opening:
+            return StoreError(
+                f"cannot open the job store {self.path}: {text}",
+                "check the file and its folder's permissions, and the disk",
+            )
+        return StoreError(
+            f"the job store {self.path} failed: {text}",
+            "check the disk and the file's permissions",
+        )
 
     def _conn(self) -> sqlite3.Connection:
         """The connection, opened on first use (and again after a fork released it)."""
@@ -211,7 +246,10 @@ class SQLiteStore(Store):
         self._db = None
 
     def _read(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
-        return self._conn().execute(sql, tuple(params)).fetchall()
+        try:
+            return self._conn().execute(sql, tuple(params)).fetchall()
+        except sqlite3.OperationalError as exc:
+            raise self._failure(exc) from None
 
     # -- jobs -----------------------------------------------------------------------------
 
@@ -354,14 +392,16 @@ class SQLiteStore(Store):
                 self._admit(db, chosen)
             db.execute("COMMIT")
         except sqlite3.OperationalError:
-            # another process wrote since our read began (SQLITE_BUSY_SNAPSHOT): redo the
-            # pass under the write lock
-            db.execute("ROLLBACK")
+            # another process wrote since our read began (SQLITE_BUSY_SNAPSHOT), or worse:
+            # redo the pass under the write lock, which reports real failures
+            if db.in_transaction:
+                db.execute("ROLLBACK")
             with self._write() as db:
                 chosen = self._decide(db, decide, backend)
                 self._admit(db, chosen)
         except BaseException:
-            db.execute("ROLLBACK")
+            if db.in_transaction:
+                db.execute("ROLLBACK")
             raise
         return [self.get_job(job_id) for job_id, _ in chosen]
 

@@ -4,6 +4,7 @@ SQLite store's own promises: WAL, private files, versioned schema, many writers.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -244,3 +245,53 @@ def test_kill_9_in_the_middle_of_writes_never_corrupts(tmp_path: Path) -> None:
 
 def test_active_states_cover_everything_between_admission_and_end() -> None:
     assert {s for s in S if not s.is_terminal() and s is not S.QUEUED} == set(ACTIVE)
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 3 MB tmpfs (tests run as root in CI; elsewhere this test cannot run)."""
+    import subprocess
+
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], capture_output=True
+    )
+    assert made.returncode == 0, f"cannot mount a tmpfs here: {made.stderr!r}"
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_full_disk_gives_a_clear_error_and_loses_nothing(
+    tiny_disk: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.conftest import assert_one_line_error, ferry, ferry_json
+
+    home = tiny_disk / "home"
+    monkeypatch.setenv("FERRY_HOME", str(home))
+    project = tiny_disk / "project"
+    project.mkdir()
+    for i in range(3):
+        assert ferry("run", "--name", f"before{i}", "--", "true", cwd=project).returncode == 0
+    filler = tiny_disk / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)  # fill the disk to the last byte
+    for chunk in (65536, 1):
+        try:
+            while True:
+                os.write(fd, b"\0" * chunk)
+        except OSError:
+            pass
+    os.close(fd)
+    result = ferry("run", "--name", "after", "--", "true", cwd=project)
+    line = assert_one_line_error(result, 1)
+    assert "full" in line or "No space left" in line, line
+    filler.unlink()
+    jobs = ferry_json("jobs")
+    assert sorted(j["name"] for j in jobs if j["status"] == "SUCCEEDED") == [
+        "before0",
+        "before1",
+        "before2",
+    ]
+    db = sqlite3.connect(home / "ferry.db")
+    assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert ferry("run", "--name", "again", "--", "true", cwd=project).returncode == 0
