@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,32 @@ def _outputs_summary(outputs: str) -> str:
                 f"{name}/ {len(files)} file{'s' if len(files) != 1 else ''}, {format_size(size)}"
             )
     return outputs + (f"  ({'; '.join(parts)})" if parts else "  (empty)")
+
+
+def _why_queued(store: Any, job: Any) -> str:
+    """``'needs 1 CPU; 0 of 2 CPUs free; 3 jobs ahead'``: why a job still waits."""
+    from ferry.backends.registry import get_backend
+    from ferry.status import ACTIVE, JobStatus
+
+    backend = get_backend(job.backend)
+    ahead = sum(1 for j in store.list_jobs([JobStatus.QUEUED]) if j.seq < job.seq)
+    queue = f"{ahead} job{'s' if ahead != 1 else ''} ahead of it"
+    needs = getattr(backend, "needs", None)
+    inventory = getattr(backend, "inventory", None)
+    if needs is None or inventory is None:
+        return f"for room on {job.backend}; {queue}"
+    need = needs(job)
+    active = [j for j in store.list_jobs(ACTIVE) if j.backend == job.backend]
+    free_cpus = inventory.cpus - sum(j.allocation.cpus for j in active)
+    used_gpus = sum(len(j.allocation.gpus) for j in active)
+    parts = [f"needs {need.cpus:g} CPU{'s' if need.cpus != 1 else ''}"]
+    if need.gpus:
+        parts[0] += f" and {len(need.gpus)} GPU{'s' if len(need.gpus) != 1 else ''}"
+    parts.append(f"{max(free_cpus, 0):g} of {inventory.cpus:g} CPUs free")
+    if inventory.gpus:
+        parts.append(f"{inventory.gpus - used_gpus} of {inventory.gpus} GPUs free")
+    parts.append(queue)
+    return "; ".join(parts)
 
 
 def status(args: argparse.Namespace) -> int:
@@ -112,7 +139,9 @@ def status(args: argparse.Namespace) -> int:
     if job.reason and job.status.is_terminal():
         head.add_row("Reason", job.reason)
     head.add_row("Backend", f"{job.backend}  ({resources(job)})")
-    head.add_row("Command", " ".join(job.command))
+    head.add_row("Command", shlex.join(job.command))
+    if job.status.value == "QUEUED":
+        head.add_row("Waiting", _why_queued(store, job))
     head.add_row("Submitted", local_time(job.created_at))
     if job.started_at:
         head.add_row("Started", local_time(job.started_at))

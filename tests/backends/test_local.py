@@ -154,6 +154,8 @@ def test_cancel_queued_job(home: Path, project: Path) -> None:
     second = submit("--", "python", "sleep.py", cwd=project)
     wait_status(first, "RUNNING")
     assert job_status(second)["status"] == "QUEUED"
+    shown = ferry("status", second, env={"COLUMNS": "200"}).stdout
+    assert "needs 1 CPU; 0 of 1 CPUs free; 0 jobs ahead of it" in shown, shown
     ferry("cancel", second)
     assert job_status(second)["status"] == "CANCELLED"
     assert job_status(second)["attempts"] == []
