@@ -91,6 +91,14 @@ SETTINGS: dict[str, Setting] = {
     "local.stop_grace": Setting(
         parse_duration, defaults.STOP_GRACE, "seconds between SIGTERM and SIGKILL on stop"
     ),
+    "storage.s3.endpoint_url": Setting(
+        _text, None, "S3 endpoint for S3-compatible stores (MinIO, R2, a test server)"
+    ),
+    "storage.gcs.project": Setting(_text, None, "Google Cloud project for gs:// access"),
+    "storage.azure.account_name": Setting(_text, None, "Azure storage account for az:// URIs"),
+    "outputs.sync_interval": Setting(
+        parse_duration, 30.0, "how often checkpoints and TensorBoard logs are sent while a job runs"
+    ),
     "snapshot.max_size": Setting(
         parse_size, defaults.MAX_SNAPSHOT_BYTES, "largest code snapshot accepted"
     ),
@@ -154,12 +162,15 @@ def _read_raw() -> dict[str, str]:
             f"cannot read {path}: {exc}", "fix the file by hand or delete it to start over"
         ) from None
     flat: dict[str, str] = {}
-    for key, value in data.items():
-        if isinstance(value, dict):
-            for sub, subvalue in value.items():
-                flat[f"{key}.{sub}"] = str(subvalue)
-        else:
-            flat[key] = str(value)
+
+    def walk(prefix: str, table: dict[str, object]) -> None:
+        for key, value in table.items():
+            if isinstance(value, dict):
+                walk(f"{prefix}{key}.", value)
+            else:
+                flat[f"{prefix}{key}"] = str(value)
+
+    walk("", data)
     return flat
 
 

@@ -30,6 +30,7 @@ from ferry.store.base import IdTaken
 if TYPE_CHECKING:
     from ferry.backends.local import LocalAttempt
     from ferry.spec import JobSpec
+    from ferry.storage.outputs import OutputSync
 
 _S = JobStatus
 _SLUG_RE = re.compile(r"[^a-z0-9]+")
@@ -89,6 +90,10 @@ def submit(
     backend_name = spec.backend or str(config.get("backend"))
     backend = get_backend(backend_name)
     backend.check(spec)
+    if spec.inputs or (spec.outputs and "://" in spec.outputs):
+        from ferry.storage.staging import check_locations
+
+        check_locations({n: i.uri for n, i in spec.inputs.items()}, spec.outputs)
     missing = [name for name in spec.secrets if name not in environ]
     if missing:
         raise UsageError(
@@ -364,6 +369,7 @@ def supervise(job_id: str, control: Control, store: Store | None = None) -> None
     from ferry.backends.base import LaunchRequest
     from ferry.backends.local import LocalBackend, become_subreaper
     from ferry.contract.env import JobDirs, contract_env
+    from ferry.storage.outputs import OutputSync
 
     store = store or open_store()
     job = store.get_job(job_id)
@@ -377,18 +383,15 @@ def supervise(job_id: str, control: Control, store: Store | None = None) -> None
     backend = LocalBackend()
     spec = job.spec
     base_env = _launch_env(job)
-    dirs = JobDirs.under(job.outputs)
+    sync = OutputSync.for_outputs(job.outputs, Path(job.job_dir))
+    dirs = JobDirs.under(str(sync.local))
     grace = float(config.get("local.stop_grace"))
     max_runtime = (spec.get("limits") or {}).get("max_runtime")
     retries_left = int((spec.get("retries") or {}).get("on_error", 0))
-    inputs = {
-        name: str(Path(item["uri"].removeprefix("file://")).expanduser().absolute())
-        for name, item in (spec.get("inputs") or {}).items()
-    }
     try:
         dirs.create()
     except OSError as exc:
-        _finish_job(store, job_id, _S.FAILED, f"cannot create outputs in {job.outputs}: {exc}")
+        _finish_job(store, job_id, _S.FAILED, f"cannot create outputs in {sync.local}: {exc}")
         return
     errors = 0
     while True:
@@ -397,6 +400,14 @@ def supervise(job_id: str, control: Control, store: Store | None = None) -> None
             _finish_job(store, job_id, _S.CANCELLED, "cancelled before it started")
             return
         attempt = store.add_attempt(job_id, backend="local", host=hostname(), log_dir=job.job_dir)
+        try:
+            inputs = _stage_inputs(store, job)
+        except FerryError as exc:
+            Path(attempt.log_path).write_text("")
+            _end(
+                store, job_id, attempt.number, AttemptStatus.FAILED, _S.FAILED, str(exc), None, sync
+            )
+            return
         env = {
             **base_env,
             **contract_env(
@@ -408,6 +419,7 @@ def supervise(job_id: str, control: Control, store: Store | None = None) -> None
                 hyperparameters=spec.get("hyperparameters") or {},
                 inputs=inputs,
                 checkpoint_every=(spec.get("checkpoint") or {}).get("every"),
+                bucket_root=_bucket_root(job.outputs),
             ),
         }
         request = LaunchRequest(
@@ -422,7 +434,9 @@ def supervise(job_id: str, control: Control, store: Store | None = None) -> None
             running = backend.launch(request, control.wake_read)
         except FerryError as exc:
             Path(attempt.log_path).write_text("")
-            _end(store, job_id, attempt.number, AttemptStatus.FAILED, _S.FAILED, str(exc), None)
+            _end(
+                store, job_id, attempt.number, AttemptStatus.FAILED, _S.FAILED, str(exc), None, sync
+            )
             return
         try:
             job = store.transition(
@@ -443,40 +457,22 @@ def supervise(job_id: str, control: Control, store: Store | None = None) -> None
             )
             store.update_job(job_id, **me)
             job = store.get_job(job_id)
-        outcome, code = _watch(store, job, running, control, grace, max_runtime)
+        outcome, code = _watch(store, job, running, control, grace, max_runtime, sync)
         if outcome == "exited" and code == 0:
-            _end(
-                store,
-                job_id,
-                attempt.number,
-                AttemptStatus.SUCCEEDED,
-                _S.SUCCEEDED,
-                "exit code 0",
-                0,
-            )
-            return
-        if outcome == "cancelled":
-            _end(
-                store,
-                job_id,
-                attempt.number,
-                AttemptStatus.CANCELLED,
-                _S.CANCELLED,
-                "cancelled",
-                code,
-            )
-            return
-        if outcome == "timeout":
+            ending = (AttemptStatus.SUCCEEDED, _S.SUCCEEDED, "exit code 0")
+        elif outcome == "cancelled":
+            ending = (AttemptStatus.CANCELLED, _S.CANCELLED, "cancelled")
+        elif outcome == "timeout":
             reason = f"max_runtime {_fmt_seconds(max_runtime)} reached"
-            _end(store, job_id, attempt.number, AttemptStatus.TIMED_OUT, _S.FAILED, reason, code)
-            return
-        if outcome == "stopped":
+            ending = (AttemptStatus.TIMED_OUT, _S.FAILED, reason)
+        elif outcome == "stopped":
             reason = f"its supervisor was stopped by {signal.Signals(control.terminated).name}"
-            _end(store, job_id, attempt.number, AttemptStatus.FAILED, _S.FAILED, reason, code)
-            return
-        reason = _failure_reason(code, running.tail(defaults.REASON_LOG_LINES), running._killed)
-        if errors >= retries_left:
-            _end(store, job_id, attempt.number, AttemptStatus.FAILED, _S.FAILED, reason, code)
+            ending = (AttemptStatus.FAILED, _S.FAILED, reason)
+        else:
+            reason = _failure_reason(code, running.tail(defaults.REASON_LOG_LINES), running._killed)
+            ending = (AttemptStatus.FAILED, _S.FAILED, reason)
+        if ending[0] is not AttemptStatus.FAILED or outcome != "exited" or errors >= retries_left:
+            _end(store, job_id, attempt.number, *ending, code, sync)
             return
         errors += 1
         ended = {
@@ -507,12 +503,99 @@ def _end(
     status: JobStatus,
     reason: str,
     code: int | None,
+    sync: OutputSync,
 ) -> None:
-    """Record how an attempt ended and finish the job, in one transaction."""
-    ended = {"status": attempt_status, "ended_at": time.time(), "exit_code": code}
+    """Send the outputs (manifest last), then record how the attempt ended and finish the
+    job in one transaction: a finished job's outputs are complete."""
+    ended: dict[str, Any] = {"status": attempt_status, "ended_at": time.time(), "exit_code": code}
+    try:
+        logs = [Path(a.log_path) for a in store.attempts(job_id)]
+        manifest = sync.finish(logs, job_id)
+        store.add_event(job_id, f"outputs: {len(manifest['files'])} files in {sync.target.uri}")
+    except Exception as exc:  # a bucket that refused, a full disk: the job did not deliver
+        status = _S.FAILED if status is _S.SUCCEEDED else status
+        reason = f"{reason}; outputs could not be written to {sync.target.uri}: {exc}"
     if attempt_status is not AttemptStatus.SUCCEEDED:
         ended["reason"] = reason
     _finish_job(store, job_id, status, reason, attempt=(number, ended), exit_code=code)
+
+
+def _stage_inputs(store: Store, job: Job) -> dict[str, str]:
+    """Bring the job's inputs to this machine; returns name -> what FERRY_INPUT_<NAME> holds."""
+    from ferry.storage.cache import InputCache
+    from ferry.storage.staging import stage_input
+    from ferry.units import format_duration, format_size
+
+    items = (job.spec.get("inputs") or {}).items()
+    if not items:
+        return {}
+    cache = InputCache(config.ferry_home() / "cache")
+    progress = _StagingProgress(Path(job.job_dir) / STAGING_FILE)
+    staged: dict[str, str] = {}
+    try:
+        for name, item in items:
+            result = stage_input(
+                name,
+                item["uri"],
+                item.get("mode", "copy"),
+                Path(job.job_dir) / "inputs",
+                cache,
+                progress,
+            )
+            staged[name] = result.path
+            if result.files:
+                store.add_event(
+                    job.id,
+                    f"input {name}: {result.files} files, {format_size(result.bytes_downloaded)} "
+                    f"copied, {format_size(result.bytes_from_cache)} from the cache, in "
+                    f"{format_duration(result.seconds)}",
+                )
+    finally:
+        progress.close()
+    return staged
+
+
+STAGING_FILE = "staging.json"  # progress of input staging, read by `ferry run`
+
+
+class _StagingProgress:
+    """Writes staging progress for followers, at most a few times a second."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.last = 0.0
+
+    def __call__(self, name: str, done: int, total: int, files: int, all_files: int) -> None:
+        now = time.monotonic()
+        if now - self.last < 0.2 and done < total:
+            return
+        self.last = now
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(
+            json.dumps(
+                {
+                    "input": name,
+                    "done": done,
+                    "total": total,
+                    "files": files,
+                    "all_files": all_files,
+                }
+            )
+        )
+        os.replace(tmp, self.path)
+
+    def close(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def _bucket_root(outputs: str) -> str:
+    """The bucket that holds the job's outputs (for BUCKET_ROOT), or the local outputs root."""
+    from ferry.storage.locations import parse_uri
+
+    loc = parse_uri(outputs)
+    if loc.is_local:
+        return str(Path(loc.path).parent)
+    return f"{loc.protocol}://{loc.bucket}"
 
 
 def _fmt_seconds(seconds: float | None) -> str:
@@ -542,10 +625,12 @@ def _watch(
     control: Control,
     grace: float,
     max_runtime: float | None,
+    sync: OutputSync,
 ) -> tuple[str, int]:
     """Wait for the attempt, heartbeating, and stop it on cancel, timeout or SIGTERM."""
     deadline = (job.started_at or time.time()) + max_runtime if max_runtime else None
-    last_beat = last_control = time.monotonic()
+    last_beat = last_control = last_sync = time.monotonic()
+    sync_every = float(config.get("outputs.sync_interval"))
     stopping: str | None = None
     stop_sent = 0.0
     while True:
@@ -559,6 +644,12 @@ def _watch(
         if code is not None:
             return (stopping or "exited"), code
         mono = time.monotonic()
+        if sync.remote and mono - last_sync >= sync_every:
+            last_sync = mono
+            try:  # checkpoints reach the bucket while the job runs
+                sync.sync()
+            except Exception as exc:
+                store.add_event(job.id, f"syncing outputs to {sync.target.uri} failed: {exc}")
         if mono - last_beat >= defaults.HEARTBEAT_INTERVAL:
             store.update_job(job.id, heartbeat_at=time.time())
             last_beat = mono

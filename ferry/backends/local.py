@@ -18,13 +18,12 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from functools import cache
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ferry import defaults
 from ferry.backends.base import Backend, LaunchRequest, RunningAttempt
 from ferry.backends.local_inventory import Inventory, local_inventory
-from ferry.errors import DoesNotFit, FerryError, SpecError
+from ferry.errors import DoesNotFit, FerryError
 from ferry.procs import kill_descendants, reap_children
 from ferry.store.records import Allocation, Job
 from ferry.units import format_size
@@ -338,7 +337,8 @@ class LocalBackend(Backend):
     """Runs attempts on this machine, sharing its CPUs, memory and GPUs between jobs."""
 
     name = "local"
-    features = frozenset()  # spot, TPUs, buckets and multi-node come with later backends
+    # buckets in and out; spot, TPUs and multi-node come with later backends
+    features = frozenset({"inputs.remote", "inputs.stream", "outputs.remote"})
 
     @property
     def inventory(self) -> Inventory:
@@ -369,10 +369,6 @@ class LocalBackend(Backend):
                 f"the job asks for {acc.name} GPUs, but this machine has {inv.gpu_type}",
                 f"ask for {inv.gpu_type}:{acc.count}, or run on a cloud backend",
             )
-        for name, item in spec.inputs.items():
-            path = Path(item.uri.removeprefix("file://")).expanduser()
-            if not path.exists():
-                raise SpecError(f"input {name!r}: {item.uri} does not exist", "check the path")
 
     def needs(self, job: Job) -> Allocation:
         """What the job takes from the inventory while it runs."""

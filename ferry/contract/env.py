@@ -52,6 +52,7 @@ def contract_env(
     hyperparameters: dict[str, Any],
     inputs: dict[str, str],
     checkpoint_every: float | None,
+    bucket_root: str,
 ) -> dict[str, str]:
     """The variables an attempt gets (added to the submitter's environment)."""
     host = hostname()
@@ -66,6 +67,7 @@ def contract_env(
         "FERRY_NODE_RANK": "0",
         "FERRY_NUM_NODES": "1",
         "FERRY_NUM_GPUS": str(len(gpus)),
+        "BUCKET_ROOT": bucket_root,
         "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in gpus),
         # Vertex AI custom training
         "CLOUD_ML_JOB_ID": job_id,

@@ -104,8 +104,6 @@ def test_unsupported_fields_are_refused_not_ignored(home: Path, project: Path) -
         ("--spot",): "spot capacity",
         ("--nodes", "2"): "multi-node",
         ("--accelerator", "tpu-v5e-8"): "TPUs",
-        ("--input", "train=gs://bucket/data"): "inputs from buckets",
-        ("--outputs", "s3://bucket/runs"): "outputs to buckets",
     }
     for flags, words in cases.items():
         result = ferry("run", *flags, "--", "true", cwd=project)

@@ -1,0 +1,132 @@
+"""Send a job's folders to its ``outputs`` location.
+
+Checkpoints and TensorBoard logs are synced while the job runs (only files that changed),
+so they survive the machine vanishing; at the end everything is sent, then
+``manifest.json`` (every file's path, size and SHA-256) is written last: an outputs
+location with a manifest is complete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ferry.storage.locations import Location, parse_uri
+from ferry.storage.registry import filesystem
+
+MANIFEST = "manifest.json"
+LIVE_FOLDERS = ("checkpoints", "tensorboard")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@dataclass
+class OutputSync:
+    """The job's local output folder and where it must end up."""
+
+    local: Path  # holds model/, checkpoints/, tensorboard/, output/, logs/
+    target: Location  # equal to ``local`` for local outputs
+    sent: dict[str, tuple[int, int]] = field(default_factory=dict)  # path -> (size, mtime_ns)
+    bytes_sent: int = 0
+
+    @classmethod
+    def for_outputs(cls, outputs: str, job_dir: Path) -> OutputSync:
+        target = parse_uri(outputs)
+        local = Path(target.path) if target.is_local else job_dir / "outputs"
+        return cls(local, target)
+
+    @property
+    def remote(self) -> bool:
+        return not self.target.is_local
+
+    def _changed(self, folders: tuple[str, ...] | None) -> list[tuple[str, Path, tuple[int, int]]]:
+        changed = []
+        roots = [self.local / f for f in folders] if folders else [self.local]
+        for root in roots:
+            for dirpath, _, files in os.walk(root):
+                for name in files:
+                    path = Path(dirpath) / name
+                    relative = path.relative_to(self.local).as_posix()
+                    if relative == MANIFEST or name.endswith(".tmp"):
+                        continue
+                    try:
+                        stat = path.stat()
+                    except FileNotFoundError:  # removed while we looked
+                        continue
+                    state = (stat.st_size, stat.st_mtime_ns)
+                    if self.sent.get(relative) != state:
+                        changed.append((relative, path, state))
+        return changed
+
+    def sync(self, folders: tuple[str, ...] | None = LIVE_FOLDERS) -> int:
+        """Send files that changed since the last sync; returns the bytes sent."""
+        if not self.remote:
+            return 0
+        changed = self._changed(folders)
+        if not changed:
+            return 0
+        fs = filesystem(self.target.protocol)
+        fs.put([str(c[1]) for c in changed], [self.target.child(c[0]).path for c in changed])
+        sent = 0
+        for relative, _, state in changed:
+            self.sent[relative] = state
+            sent += state[0]
+        self.bytes_sent += sent
+        return sent
+
+    def finish(self, logs: list[Path], job_id: str) -> dict[str, Any]:
+        """Copy the logs in, send everything, then write the manifest last."""
+        log_dir = self.local / "logs"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        for log in logs:
+            if log.exists():
+                shutil.copyfile(log, log_dir / log.name)
+        self.sync(None)
+        files: list[dict[str, Any]] = []
+        for dirpath, _, names in os.walk(self.local):
+            for name in sorted(names):
+                path = Path(dirpath) / name
+                relative = path.relative_to(self.local).as_posix()
+                if relative == MANIFEST:
+                    continue
+                files.append(
+                    {"path": relative, "size": path.stat().st_size, "sha256": _sha256(path)}
+                )
+        manifest = {
+            "job_id": job_id,
+            "complete": True,
+            "written_at": time.time(),
+            "files": sorted(files, key=lambda f: str(f["path"])),
+        }
+        data = json.dumps(manifest, indent=1).encode()
+        if self.remote:
+            filesystem(self.target.protocol).pipe(self.target.child(MANIFEST).path, data)
+        else:
+            tmp = self.local / f"{MANIFEST}.tmp"
+            tmp.write_bytes(data)
+            os.replace(tmp, self.local / MANIFEST)
+        return manifest
+
+
+def read_manifest(outputs: str) -> dict[str, Any] | None:
+    """The manifest at an outputs location, or None while it is incomplete."""
+    target = parse_uri(outputs)
+    fs = filesystem(target.protocol)
+    try:
+        data = fs.cat_file(target.child(MANIFEST).path)
+    except FileNotFoundError:
+        return None
+    manifest: dict[str, Any] = json.loads(data)
+    return manifest
