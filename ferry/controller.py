@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ferry import config, defaults
 from ferry.errors import FerryError, TransitionError, UsageError
-from ferry.procs import environ_of, hostname, start_time
+from ferry.procs import environ_of, hostname, is_supervisor, start_time
 from ferry.status import ACTIVE, AttemptStatus, JobStatus
 from ferry.store import Job, Store, open_store
 from ferry.store.base import IdTaken
@@ -101,8 +101,8 @@ def submit(
             f"export {missing[0]}=... before submitting, or remove it from secrets",
         )
     name = spec.name or derive_name(spec.command)
-    spec = spec.with_defaults(name=name, backend=backend_name)
-    reconcile(store)
+    spec = spec.with_defaults(name=name, backend=backend_name).with_absolute_paths(Path.cwd())
+    reconcile(store, admit=False)  # admission follows below, with this job in the queue
 
     root = jobs_root()
     staging = root / f".incoming-{os.urandom(6).hex()}"
@@ -189,7 +189,9 @@ def cancel(store: Store, job: Job) -> Job:
         return job
     if job.status is _S.QUEUED:
         try:
-            return _finish_job(store, job.id, _S.CANCELLED, "cancelled while queued", {_S.QUEUED})
+            job = _finish_job(store, job.id, _S.CANCELLED, "cancelled while queued", {_S.QUEUED})
+            schedule(store, job.backend)  # it may have held back jobs queued behind it
+            return job
         except TransitionError:
             job = store.get_job(job.id)  # admitted meanwhile: stop it like a running one
     try:
@@ -244,13 +246,22 @@ def supervisor_alive(job: Job) -> bool:
     return now - beat < defaults.HEARTBEAT_INTERVAL + defaults.HEARTBEAT_GRACE
 
 
-def _kill_orphans(job: Job) -> None:
-    """Kill what is left of a lost job: every process of this user that carries the job's
-    FERRY_JOB_ID (its group, and anything that left the group)."""
+def _kill_orphans(job: Job, pgid: str | None) -> None:
+    """Kill what is left of a lost job: its attempt's process group, and every process of
+    this user that carries the job's FERRY_JOB_ID (those that left the group)."""
     marker = f"FERRY_JOB_ID={job.id}".encode()
+    if pgid and pgid.isdigit():
+        # The group id is the main process's pid. While any member lives, Linux does not
+        # reuse it; if a live process has that pid, it must be the job's own to be killed.
+        leader_alive = start_time(int(pgid)) is not None
+        if not leader_alive or marker in environ_of(int(pgid)):
+            try:
+                os.killpg(int(pgid), signal.SIGKILL)
+            except OSError:
+                pass
     me = os.getpid()
     for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == me:
+        if not entry.isdigit() or int(entry) == me or is_supervisor(int(entry)):
             continue
         if marker in environ_of(int(entry)):
             try:
@@ -259,19 +270,17 @@ def _kill_orphans(job: Job) -> None:
                 continue
 
 
-def reconcile(store: Store) -> list[Job]:
-    """Turn jobs whose supervisor vanished (kill -9, reboot) into lost attempts, then admit
-    queued jobs into the room they held. Returns the jobs found lost."""
+def reconcile(store: Store, admit: bool = True) -> list[Job]:
+    """Turn jobs whose supervisor vanished (kill -9, reboot) into lost attempts, then (with
+    ``admit``) start queued jobs that fit: room may have been freed by a lost job, a cancel,
+    or a change of config. Returns the jobs found lost."""
     lost: list[Job] = []
-    active = store.list_jobs(ACTIVE)
-    if not active:
-        return lost
-    for job in active:
+    for job in store.list_jobs(ACTIVE):
         if job.backend != "local" or supervisor_alive(job):
             continue
-        _kill_orphans(job)
         attempts = store.attempts(job.id)
         last = attempts[-1] if attempts else None
+        _kill_orphans(job, last.handle if last else None)
         if last and not last.status.is_terminal():
             store.update_attempt(
                 job.id,
@@ -288,8 +297,9 @@ def reconcile(store: Store) -> list[Job]:
                 lost.append(_finish_job(store, job.id, _S.FAILED, reason))
         except TransitionError:
             continue  # its supervisor finished it meanwhile
-    if lost:
-        for backend in sorted({job.backend for job in lost}):
+    if admit:
+        waiting = store.list_jobs([_S.QUEUED], limit=1)
+        for backend in sorted({job.backend for job in [*lost, *waiting]}):
             schedule(store, backend)
     return lost
 
@@ -343,10 +353,8 @@ def _failure_reason(code: int, tail: list[str], killed_by_us: bool) -> str:
 
 def _command_argv(spec: dict[str, Any]) -> list[str]:
     command = [str(w) for w in spec["command"]]
-    if spec.get("shell"):
-        import shlex
-
-        return ["/bin/sh", "-c", command[0] if len(command) == 1 else shlex.join(command)]
+    if spec.get("shell"):  # words are joined with spaces, as ssh does
+        return ["/bin/sh", "-c", " ".join(command)]
     return command
 
 
@@ -373,7 +381,7 @@ def supervise(job_id: str, control: Control, store: Store | None = None) -> None
 
     store = store or open_store()
     job = store.get_job(job_id)
-    # Recorded with the move to RUNNING; until then START_TIMEOUT covers a vanished supervisor.
+    # Recorded with each attempt; before the first, START_TIMEOUT covers a vanished supervisor.
     me: dict[str, Any] = {
         "supervisor_pid": os.getpid(),
         "supervisor_host": hostname(),
@@ -397,9 +405,14 @@ def supervise(job_id: str, control: Control, store: Store | None = None) -> None
     while True:
         job = store.get_job(job_id)
         if job.status is _S.CANCELLING:
-            _finish_job(store, job_id, _S.CANCELLED, "cancelled before it started")
+            when = "between attempts" if store.attempts(job_id) else "before it started"
+            _finish_job(store, job_id, _S.CANCELLED, f"cancelled {when}")
             return
-        attempt = store.add_attempt(job_id, backend="local", host=hostname(), log_dir=job.job_dir)
+        if job.status.is_terminal():  # declared lost while this supervisor was starting
+            return
+        attempt = store.add_attempt(
+            job_id, backend="local", host=hostname(), log_dir=job.job_dir, **me
+        )
         try:
             inputs = _stage_inputs(store, job)
         except FerryError as exc:
@@ -449,15 +462,19 @@ def supervise(job_id: str, control: Control, store: Store | None = None) -> None
                     attempt.number,
                     {"status": AttemptStatus.RUNNING, "handle": running.handle},
                 ),
-                **me,
             )
-        except TransitionError:  # cancel arrived while launching; _watch stops it at once
+        except TransitionError:
             store.update_attempt(
                 job_id, attempt.number, status=AttemptStatus.RUNNING, handle=running.handle
             )
-            store.update_job(job_id, **me)
-            job = store.get_job(job_id)
+            job = store.get_job(job_id)  # cancelled while launching: _watch stops it at once
+            if job.status.is_terminal():  # or finished elsewhere (declared lost): stop now
+                _abandon(store, job_id, attempt.number, running)
+                return
         outcome, code = _watch(store, job, running, control, grace, max_runtime, sync)
+        if outcome == "abandoned":
+            _abandon(store, job_id, attempt.number, running)
+            return
         if outcome == "exited" and code == 0:
             ending = (AttemptStatus.SUCCEEDED, _S.SUCCEEDED, "exit code 0")
         elif outcome == "cancelled":
@@ -493,6 +510,20 @@ def supervise(job_id: str, control: Control, store: Store | None = None) -> None
             store.update_attempt(job_id, attempt.number, **ended)
             continue
         _backoff(store, job_id, errors, control)
+
+
+def _abandon(store: Store, job_id: str, number: int, running: LocalAttempt) -> None:
+    """The job was finished by someone else (declared lost): stop its attempt, record why."""
+    running.kill()
+    while running.wait(1.0) is None:
+        pass
+    store.update_attempt(
+        job_id,
+        number,
+        status=AttemptStatus.LOST,
+        ended_at=time.time(),
+        reason="the job was declared lost while this attempt ran; it was stopped",
+    )
 
 
 def _end(
@@ -660,8 +691,11 @@ def _watch(
                 stopping = "timeout"
             elif mono - last_control >= defaults.CONTROL_POLL or _woken(control):
                 last_control = mono
-                if store.get_job(job.id).status is _S.CANCELLING:
+                status = store.get_job(job.id).status
+                if status is _S.CANCELLING:
                     stopping = "cancelled"
+                elif status.is_terminal():  # declared lost meanwhile: not ours any more
+                    return "abandoned", -signal.SIGKILL
             if stopping:
                 store.add_event(
                     job.id,

@@ -64,17 +64,38 @@ def children(pid: int) -> list[int]:
         return []
 
 
+# The name supervisors give themselves (at most 15 characters, the kernel's limit), so that
+# cleaning up after one job never kills the supervisor of another started from inside it.
+SUPERVISOR_NAME = "ferry-supervise"
+
+
+def name_this_process(name: str) -> None:
+    """Set this process's name as ps and /proc/<pid>/comm show it (Linux)."""
+    with contextlib.suppress(OSError), open("/proc/self/comm", "w") as file:
+        file.write(name[:15])
+
+
+def is_supervisor(pid: int) -> bool:
+    """Whether ``pid`` is a Ferry supervisor."""
+    try:
+        with open(f"/proc/{pid}/comm") as file:
+            return file.read().strip() == SUPERVISOR_NAME
+    except OSError:
+        return False
+
+
 def kill_descendants() -> None:
     """SIGKILL every process below this one and reap them (this process is a subreaper, so
-    that includes those that left the job's process group)."""
+    that includes those that left the job's process group). Supervisors of other jobs, and
+    what runs under them, are spared: a job may submit jobs of its own."""
     for _ in range(10):  # killed processes' orphans re-parent to us: repeat until none
-        pending = children(os.getpid())
+        pending = [pid for pid in children(os.getpid()) if not is_supervisor(pid)]
         if not pending:
             break
         stack = list(pending)
         while stack:
             pid = stack.pop()
-            stack += children(pid)
+            stack += [c for c in children(pid) if not is_supervisor(c)]
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         for pid in pending:

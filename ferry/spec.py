@@ -175,9 +175,20 @@ class JobSpec(_Model):
             parts = [str(v) for v in value]
         else:
             raise ValueError("expected a command line (text) or a list of words")
-        if not parts:
+        if not parts or not parts[0].strip():
             raise ValueError("the command is empty")
         return tuple(parts)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shell_line(cls, data: object) -> object:
+        # With a shell, a command written as one line is that line: splitting it into
+        # words would quote its operators (&&, |, $VAR) when they are joined again.
+        if isinstance(data, dict) and data.get("shell") is True:
+            command = data.get("command")
+            if isinstance(command, str) and command.strip():
+                return {**data, "command": [command]}
+        return data
 
     @field_validator("inputs", mode="before")
     @classmethod
@@ -256,6 +267,19 @@ class JobSpec(_Model):
         return self.model_copy(
             update={"name": self.name or name, "backend": self.backend or backend}
         )
+
+    def with_absolute_paths(self, base: Path) -> JobSpec:
+        """A copy whose code folder and local inputs are absolute (relative ones are taken
+        from ``base``): the job may start later, in another process and folder."""
+
+        def absolute(path: str) -> str:
+            return str((base / Path(path).expanduser()).absolute())
+
+        inputs = {
+            name: item if "://" in item.uri else item.model_copy(update={"uri": absolute(item.uri)})
+            for name, item in self.inputs.items()
+        }
+        return self.model_copy(update={"code": absolute(self.code), "inputs": inputs})
 
     def to_json(self) -> dict[str, Any]:
         """The spec as plain JSON data (what the store keeps)."""
@@ -410,7 +434,7 @@ def load_spec(path: str | Path | None = None, overrides: dict[str, Any] | None =
     if path is not None:
         data = read_spec_file(path)
         source = str(path)
-        here = Path(path).parent
+        here = Path(path).absolute().parent
         code = data.get("code", ".")
         if isinstance(code, str) and not Path(code).expanduser().is_absolute():
             data["code"] = str(here / code)

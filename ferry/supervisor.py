@@ -95,8 +95,10 @@ def run(job_id: str) -> int:
     """The supervisor's body: signals, then the controller's loop for this job and for each
     queued job it adopts when this one ends. Returns the exit code."""
     from ferry.controller import supervise
+    from ferry.procs import SUPERVISOR_NAME, name_this_process
     from ferry.store import open_store
 
+    name_this_process(SUPERVISOR_NAME)
     control = _install_signals()
     store = open_store()
     code = 0
@@ -142,13 +144,22 @@ def _record_crash(job_id: str, exc: Exception) -> None:
     from ferry.controller import _finish_job
     from ferry.errors import TransitionError
     from ferry.procs import kill_descendants
-    from ferry.status import JobStatus
+    from ferry.status import AttemptStatus, JobStatus
     from ferry.store import open_store
 
     kill_descendants()
     try:
         store = open_store()
         job = store.get_job(job_id)
+        for attempt in store.attempts(job_id):
+            if not attempt.status.is_terminal():
+                store.update_attempt(
+                    job_id,
+                    attempt.number,
+                    status=AttemptStatus.FAILED,
+                    ended_at=time.time(),
+                    reason=f"supervisor failed: {exc}",
+                )
         _finish_job(
             store,
             job_id,

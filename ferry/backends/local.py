@@ -10,6 +10,7 @@ nothing the job started outlives it untracked.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import selectors
 import signal
@@ -18,7 +19,7 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from functools import cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ferry import defaults
 from ferry.backends.base import Backend, LaunchRequest, RunningAttempt
@@ -97,6 +98,24 @@ class _Timestamps:
         return f"{self._prefix}.{int((t - second) * 1000):03d}Z".encode()
 
 
+def _spawn(argv: list[str], options: dict[str, Any]) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in a process group of its own that dies with this process."""
+    wrapper = _pdeathsig_wrapper()
+    if wrapper:
+        # setpriv sets the parent-death signal and execs the command: far cheaper than
+        # running Python in the forked child (preexec_fn), which also rules out vfork.
+        return subprocess.Popen([*wrapper, *argv], process_group=0, **options)
+    parent = os.getpid()
+
+    def child_setup() -> None:  # runs in the child between fork and exec
+        os.setpgid(0, 0)
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the supervisor died before prctl took effect
+            os._exit(137)
+
+    return subprocess.Popen(argv, preexec_fn=child_setup, **options)
+
+
 @cache
 def _pdeathsig_wrapper() -> tuple[str, ...]:
     """``setpriv --pdeathsig KILL --`` (util-linux) where available, else nothing."""
@@ -139,7 +158,7 @@ class LocalAttempt(RunningAttempt):
         except FerryError:
             os.close(self._log)
             raise
-        common = {
+        common: dict[str, Any] = {
             "cwd": request.cwd,
             "env": request.env,
             "stdin": subprocess.DEVNULL,
@@ -147,22 +166,14 @@ class LocalAttempt(RunningAttempt):
             "stderr": subprocess.PIPE,
             "close_fds": True,
         }
-        wrapper = _pdeathsig_wrapper()
-        if wrapper:
-            # setpriv sets the parent-death signal and execs the command: far cheaper than
-            # running Python in the forked child (preexec_fn), which also rules out vfork.
-            argv = [*wrapper, *request.argv]
-            self._proc = subprocess.Popen(argv, process_group=0, **common)  # type: ignore[call-overload]
-        else:
-            parent = os.getpid()
-
-            def child_setup() -> None:  # runs in the child between fork and exec
-                os.setpgid(0, 0)
-                _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-                if os.getppid() != parent:  # the supervisor died before prctl took effect
-                    os._exit(137)
-
-            self._proc = subprocess.Popen(request.argv, preexec_fn=child_setup, **common)  # type: ignore[call-overload]
+        try:
+            self._proc = _spawn(request.argv, common)
+        except OSError as exc:
+            os.close(self._log)
+            hint = "check the command and its environment"
+            if exc.errno == errno.E2BIG:
+                hint = "the command line and environment are too large; pass data in files"
+            raise FerryError(f"cannot start the command: {exc.strerror}", hint) from None
         self.pid = self._proc.pid
         self.handle = str(self.pid)  # the group id equals the leader's pid
         self._stamps = _Timestamps()
@@ -384,6 +395,11 @@ class LocalBackend(Backend):
             cpus=float(cpus), memory=int(res.get("memory") or 0), gpus=tuple(range(gpus))
         )
 
+    def never_fits(self, need: Allocation) -> bool:
+        """Whether a job needing ``need`` could not run here even on an idle machine."""
+        inv = self.inventory
+        return need.cpus > inv.cpus or need.memory > inv.memory or len(need.gpus) > inv.gpus
+
     def admit(self, queued: Sequence[Job], active: Sequence[Job]) -> list[tuple[str, Allocation]]:
         """FIFO with reservation: a job that does not fit yet holds back what it needs from
         the jobs behind it, so small jobs fill idle room but never starve a large one."""
@@ -398,6 +414,8 @@ class LocalBackend(Backend):
                 break
             need = self.needs(job)
             n_gpus = len(need.gpus)
+            if self.never_fits(need):
+                continue  # the config changed since it was submitted: it holds nothing back
             if need.cpus <= cpus + 1e-9 and need.memory <= memory and n_gpus <= len(free_gpus):
                 gpus, free_gpus = free_gpus[:n_gpus], free_gpus[n_gpus:]
                 chosen.append((job.id, Allocation(need.cpus, need.memory, tuple(gpus))))

@@ -7,7 +7,7 @@ import time
 from typing import TYPE_CHECKING, TextIO
 
 from ferry import defaults
-from ferry.logs import LogLine, read_from
+from ferry.logs import LogLine, read_block, split_block, tail_block
 
 if TYPE_CHECKING:
     from ferry.store import Attempt, Job, Store
@@ -30,6 +30,21 @@ def _write(stream: TextIO, text: str) -> None:
         stream.flush()
     except BrokenPipeError:  # `ferry logs -f JOB | head`
         raise SystemExit(0) from None
+
+
+def write_block(block: bytes, timestamps: bool, split_streams: bool) -> None:
+    """Print raw log lines; stderr lines go to stderr when ``split_streams``."""
+    out, err = split_block(block, timestamps)
+    if not split_streams:
+        out, err = out + err, b""
+    for data, stream in ((out, sys.stdout), (err, sys.stderr)):
+        if data:
+            try:
+                stream.flush()
+                stream.buffer.write(data)
+                stream.buffer.flush()
+            except BrokenPipeError:
+                raise SystemExit(0) from None
 
 
 def follow(
@@ -55,17 +70,25 @@ def follow(
     while True:
         job = store.get_job(job_id)
         attempts = store.attempts(job_id)
+        finished = attempt is not None and attempts and job.status.is_terminal()
+        if finished and all(a.number != attempt for a in attempts):
+            from ferry.errors import FerryError
+
+            raise FerryError(
+                f"job {job_id} has no attempt {attempt}",
+                f"it has attempts 1 to {len(attempts)}",
+            )
         if current is None:
             pick = [a for a in attempts if attempt is None or a.number == attempt]
             if pick:
                 current = pick[-1]
                 if tail is not None:
-                    lines, offset = read_from(current.log_path, 0)
-                    write_lines(lines[-tail:] if tail > 0 else [], timestamps, split_streams)
+                    block, offset = tail_block(current.log_path, tail)
+                    write_block(block, timestamps, split_streams)
         if current is not None:
-            lines, offset = read_from(current.log_path, offset)
-            if lines:
-                write_lines(lines, timestamps, split_streams)
+            block, offset = read_block(current.log_path, offset)
+            if block:
+                write_block(block, timestamps, split_streams)
                 continue
             later = [a for a in attempts if a.number > current.number]
             if attempt is None and later:
@@ -74,15 +97,21 @@ def follow(
                 continue
             mine = next((a for a in attempts if a.number == current.number), current)
             if attempt is not None and mine.status.is_terminal():
-                lines, offset = read_from(current.log_path, offset)
-                write_lines(lines, timestamps, split_streams)
+                _drain(current.log_path, offset, timestamps, split_streams)
                 return job
         if job.status.is_terminal():
             if current is not None:
-                lines, offset = read_from(current.log_path, offset)
-                write_lines(lines, timestamps, split_streams)
+                _drain(current.log_path, offset, timestamps, split_streams)
             return job
         if time.monotonic() - last_check > defaults.HEARTBEAT_INTERVAL:
             last_check = time.monotonic()
             reconcile(store)
         time.sleep(defaults.FOLLOW_POLL)
+
+
+def _drain(path: str, offset: int, timestamps: bool, split_streams: bool) -> None:
+    while True:
+        block, offset = read_block(path, offset)
+        if not block:
+            return
+        write_block(block, timestamps, split_streams)

@@ -67,10 +67,12 @@ def config_cmd(args: argparse.Namespace) -> int:
     if args.action == "get":
         value = config.get(args.key)
         print("" if value is None else value)
-    elif args.action == "set":
-        config.set_value(args.key, args.value)
-    elif args.action == "unset":
-        config.set_value(args.key, None)
+    elif args.action in ("set", "unset"):
+        config.set_value(args.key, args.value if args.action == "set" else None)
+        if args.key.startswith("local."):  # more room may let queued jobs start now
+            from ferry.cli._common import store_now
+
+            store_now()
     else:
         raw = config.load_raw()
         rows = [

@@ -35,9 +35,12 @@ def register(subparsers: Any) -> None:
 
 def logs(args: argparse.Namespace) -> int:
     from ferry.api import _attempt_log
-    from ferry.cli._follow import follow, write_lines
-    from ferry.logs import tail
+    from ferry.cli._follow import follow, write_block
+    from ferry.errors import UsageError
+    from ferry.logs import read_block, tail_block
 
+    if args.tail is not None and args.tail < 0:
+        raise UsageError("--tail takes a number of lines, 0 or more")
     store = store_now()
     job = find_job(store, args.job)
     if args.follow:
@@ -52,5 +55,13 @@ def logs(args: argparse.Namespace) -> int:
             f"wait for output with: ferry logs -f {job.id}"
         )
         return 0
-    write_lines(list(tail(path, args.tail)), args.timestamps, split_streams=True)
-    return 0
+    if args.tail is not None:
+        block, _ = tail_block(path, args.tail)
+        write_block(block, args.timestamps, split_streams=True)
+        return 0
+    offset = 0
+    while True:
+        block, offset = read_block(path, offset)
+        if not block:
+            return 0
+        write_block(block, args.timestamps, split_streams=True)

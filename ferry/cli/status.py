@@ -72,6 +72,11 @@ def _why_queued(store: Any, job: Any) -> str:
     if needs is None or inventory is None:
         return f"for room on {job.backend}; {queue}"
     need = needs(job)
+    if backend.never_fits(need):  # type: ignore[attr-defined]
+        return (
+            f"it can never start here now: this machine has {inventory.describe()} "
+            f"(cancel it, or change the local.* settings back)"
+        )
     active = [j for j in store.list_jobs(ACTIVE) if j.backend == job.backend]
     free_cpus = inventory.cpus - sum(j.allocation.cpus for j in active)
     used_gpus = sum(len(j.allocation.gpus) for j in active)

@@ -86,8 +86,11 @@ class Store(abc.ABC):
         """
 
     @abc.abstractmethod
-    def add_attempt(self, job_id: str, *, backend: str, host: str, log_dir: str) -> Attempt:
-        """Start the next numbered attempt of a job."""
+    def add_attempt(
+        self, job_id: str, *, backend: str, host: str, log_dir: str, **job_fields: Any
+    ) -> Attempt:
+        """Start the next numbered attempt of a job (and set ``job_fields`` on the job, such
+        as its supervisor, in the same transaction)."""
 
     @abc.abstractmethod
     def update_attempt(self, job_id: str, number: int, **fields: Any) -> Attempt:

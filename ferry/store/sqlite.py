@@ -452,9 +452,19 @@ class SQLiteStore(Store):
 
     # -- attempts and events ---------------------------------------------------------------
 
-    def add_attempt(self, job_id: str, *, backend: str, host: str, log_dir: str) -> Attempt:
+    def add_attempt(
+        self, job_id: str, *, backend: str, host: str, log_dir: str, **job_fields: Any
+    ) -> Attempt:
+        unknown = set(job_fields) - _JOB_FIELDS
+        if unknown:
+            raise ValueError(f"not job fields: {sorted(unknown)}")
         now = time.time()
         with self._write() as db:
+            if job_fields:
+                db.execute(
+                    f"UPDATE jobs SET {', '.join(f'{k} = ?' for k in job_fields)} WHERE id = ?",
+                    [*(_encode(k, v) for k, v in job_fields.items()), job_id],
+                )
             number = db.execute(
                 "SELECT COALESCE(MAX(number), 0) + 1 FROM attempts WHERE job_id = ?", (job_id,)
             ).fetchone()[0]
