@@ -196,12 +196,18 @@ def set_value(key: str, value: str | None) -> None:
             setting.parse(value)
         except ValueError as exc:
             raise UsageError(f"config {key}: {exc}") from None
-    raw = load_raw()
-    if value is None:
-        raw.pop(key, None)
-    else:
-        raw[key] = value
-    _write(raw)
+        if key == "outputs_root" and "://" not in value:
+            value = str(Path(value).expanduser().absolute())  # the same from every folder
+    import fcntl
+
+    with open(config_path().with_name(".config.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two `ferry config set` at once keep both changes
+        raw = _read_raw()
+        if value is None:
+            raw.pop(key, None)
+        else:
+            raw[key] = value
+        _write(raw)
 
 
 def _write(flat: dict[str, str]) -> None:
@@ -218,7 +224,7 @@ def _write(flat: dict[str, str]) -> None:
     for section, lines in sections.items():
         text += f"\n[{section}]\n" + "\n".join(lines) + "\n"
     path = config_path()
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # concurrent `set`s never clash
     tmp.write_text(text)
     os.replace(tmp, path)
 

@@ -200,8 +200,8 @@ def cancel(store: Store, job: Job) -> Job:
         )
     except TransitionError:
         return store.get_job(job.id)
-    if job.supervisor_pid and job.supervisor_host == hostname():
-        try:
+    if job.supervisor_pid and job.supervisor_host == hostname() and supervisor_alive(job):
+        try:  # (checked first: a reused pid would be killed by SIGUSR1)
             os.kill(job.supervisor_pid, signal.SIGUSR1)  # wake it now rather than at its next poll
         except (ProcessLookupError, PermissionError):
             pass

@@ -15,7 +15,7 @@ HEARTBEAT_GRACE = 10.0
 STOP_GRACE = 10.0
 
 # A code snapshot larger than this is refused (config: snapshot.max_size).
-MAX_SNAPSHOT_BYTES = 200 * 1024**2
+MAX_SNAPSHOT_BYTES = 200 * 1000**2
 
 # The CLI polls the attempt log this often while following it (seconds): small enough that
 # `ferry run` adds little latency, large enough to cost nothing measurable.

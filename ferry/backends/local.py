@@ -19,12 +19,13 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from functools import cache
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ferry import defaults
 from ferry.backends.base import Backend, LaunchRequest, RunningAttempt
 from ferry.backends.local_inventory import Inventory, local_inventory
-from ferry.errors import DoesNotFit, FerryError
+from ferry.errors import DoesNotFit, FerryError, SpecError
 from ferry.procs import kill_descendants, reap_children
 from ferry.store.records import Allocation, Job
 from ferry.units import format_size
@@ -357,6 +358,13 @@ class LocalBackend(Backend):
         return local_inventory()
 
     def _check(self, spec: JobSpec) -> None:
+        if spec.command and not spec.shell:
+            # as the job will see it: PATH led by this interpreter's folder, in the snapshot
+            path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+            try:
+                _check_executable(spec.command[0], {"PATH": path}, spec.code)
+            except FerryError as exc:
+                raise SpecError(exc.message, exc.hint) from None
         inv = self.inventory
         res = spec.resources
         acc = res.accelerator_request

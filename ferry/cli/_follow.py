@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO
 
 from ferry import defaults
@@ -55,6 +56,7 @@ def follow(
     timestamps: bool = False,
     split_streams: bool = True,
     tail: int | None = None,
+    on_tick: Callable[[], None] | None = None,
 ) -> Job:
     """Print the job's output as it is written until the job ends; return the final job.
 
@@ -68,6 +70,8 @@ def follow(
     offset = 0
     last_check = time.monotonic()
     while True:
+        if on_tick is not None:
+            on_tick()
         job = store.get_job(job_id)
         attempts = store.attempts(job_id)
         finished = attempt is not None and attempts and job.status.is_terminal()

@@ -16,7 +16,8 @@ its output streams here and ferry exits with the job's exit code.
 
 Ctrl-C cancels the job (SIGTERM to its processes, SIGKILL after the grace) and shows its
 last output; a second Ctrl-C stops watching while the cancel completes. Closing the
-terminal leaves the job running: pick it up with `ferry logs -f JOB`.
+terminal leaves the job running: pick it up with `ferry logs -f JOB`. Jobs read no
+terminal input (their stdin is empty): pass data as arguments, files or inputs.
 """
 
 EXAMPLE = """\
@@ -94,6 +95,17 @@ def register(subparsers: Any) -> None:
     p.set_defaults(handler=run)
 
 
+def _number(value: Any) -> Any:
+    """YAML 1.1 reads ``1e-3`` as text; a hyperparameter that looks like a number is one."""
+    if isinstance(value, str):
+        for kind in (int, float):
+            try:
+                return kind(value)
+            except ValueError:
+                continue
+    return value
+
+
 def overrides_from(args: argparse.Namespace, command: list[str] | None) -> dict[str, Any]:
     """Spec fields set by flags."""
     out: dict[str, Any] = {}
@@ -119,7 +131,7 @@ def overrides_from(args: argparse.Namespace, command: list[str] | None) -> dict[
         hparams: dict[str, Any] = {}
         for key, text in _pairs(args.hparam, "--hparam").items():
             try:
-                hparams[key] = yaml.safe_load(text) if text else ""
+                hparams[key] = _number(yaml.safe_load(text)) if text else ""
             except yaml.YAMLError:
                 hparams[key] = text
         out["hyperparameters"] = hparams
@@ -167,17 +179,27 @@ def _follow_with_interrupts(store: Any, job_id: str) -> Any:
     presses = 0
 
     def on_interrupt(signum: int, frame: object) -> None:
+        # Only note it here: cancelling writes to the store, which must not happen in the
+        # middle of the follow loop's own store calls.
         nonlocal presses
         presses += 1
-        if presses == 1:
-            eprint(f"\nferry: cancelling {job_id} (Ctrl-C again to stop watching; it still stops)")
-            cancel(store, store.get_job(job_id))
-            return
-        raise KeyboardInterrupt
+        if presses > 1:
+            raise KeyboardInterrupt
 
+    def on_tick() -> None:
+        if presses == 1 and not asked:
+            asked.append(True)
+            eprint(f"\nferry: cancelling {job_id} (Ctrl-C again to stop watching; it still stops)")
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            try:
+                cancel(store, store.get_job(job_id))
+            finally:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+    asked: list[bool] = []
     previous = signal.signal(signal.SIGINT, on_interrupt)
     try:
-        return follow(store, job_id)
+        return follow(store, job_id, on_tick=on_tick)
     except KeyboardInterrupt:
         eprint(f"ferry: stopped watching {job_id}; see it with: ferry status {job_id}")
         raise SystemExit(130) from None

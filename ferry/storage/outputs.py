@@ -91,8 +91,14 @@ class OutputSync:
         log_dir = self.local / "logs"
         log_dir.mkdir(parents=True, exist_ok=True)
         for log in logs:
-            if log.exists():
-                shutil.copyfile(log, log_dir / log.name)
+            if not log.exists():
+                continue
+            target = log_dir / log.name
+            target.unlink(missing_ok=True)
+            try:
+                os.link(log, target)  # logs can be large: share them rather than copy
+            except OSError:
+                shutil.copyfile(log, target)
         self.sync(None)
         files: list[dict[str, Any]] = []
         for dirpath, _, names in os.walk(self.local):

@@ -187,7 +187,7 @@ class SQLiteStore(Store):
         try:
             db = self._conn()
             db.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
+        except sqlite3.DatabaseError as exc:
             raise self._failure(exc) from None
         try:
             yield db
@@ -195,7 +195,9 @@ class SQLiteStore(Store):
         except BaseException as exc:
             if db.in_transaction:  # SQLite may have rolled back already (disk full)
                 db.execute("ROLLBACK")
-            if isinstance(exc, sqlite3.OperationalError):
+            if isinstance(exc, sqlite3.DatabaseError) and not isinstance(
+                exc, sqlite3.IntegrityError
+            ):
                 raise self._failure(exc) from None
             raise
 
@@ -248,7 +250,7 @@ class SQLiteStore(Store):
     def _read(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
         try:
             return self._conn().execute(sql, tuple(params)).fetchall()
-        except sqlite3.OperationalError as exc:
+        except sqlite3.DatabaseError as exc:
             raise self._failure(exc) from None
 
     # -- jobs -----------------------------------------------------------------------------
@@ -384,8 +386,11 @@ class SQLiteStore(Store):
     def admit(self, decide: AdmitFn, backend: str) -> list[Job]:
         # Most passes admit nothing (the machine is full): decide under a plain read
         # transaction, and take the write lock only when there is something to write.
-        db = self._conn()
-        db.execute("BEGIN DEFERRED")
+        try:
+            db = self._conn()
+            db.execute("BEGIN DEFERRED")
+        except sqlite3.DatabaseError as exc:
+            raise self._failure(exc) from None
         try:
             chosen = self._decide(db, decide, backend)
             if chosen:

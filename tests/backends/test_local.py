@@ -88,12 +88,17 @@ def test_killed_by_signal_is_reported(home: Path, project: Path) -> None:
     assert "killed by SIGKILL" in ferry_json("jobs")[0]["reason"]
 
 
-def test_command_not_found_fails_cleanly(home: Path, project: Path) -> None:
+def test_command_not_found_is_refused_at_submit(home: Path, project: Path) -> None:
+    from tests.conftest import assert_one_line_error
+
     result = ferry("run", "--", "no-such-program-xyz", cwd=project)
-    assert result.returncode == 1
-    job = ferry_json("jobs")[0]
-    assert job["status"] == "FAILED"
-    assert "command not found: no-such-program-xyz" in job["reason"]
+    assert "command not found: no-such-program-xyz" in assert_one_line_error(result, 2)
+    (project / "run.sh").write_text("echo hi\n")  # not executable
+    result = ferry("run", "--", "./run.sh", cwd=project)
+    assert "permission denied" in assert_one_line_error(result, 2)
+    assert ferry_json("jobs") == []
+    (project / "run.sh").chmod(0o755)
+    assert ferry("run", "--", "./run.sh", cwd=project).stdout == "hi\n"
 
 
 def test_max_runtime_sends_sigterm_then_sigkill(home: Path, project: Path) -> None:
@@ -544,3 +549,102 @@ def test_a_supervisor_adopts_the_next_job_and_spares_the_ones_it_starts(
     assert job_status(slow)["status"] == "RUNNING"
     (home.parent / "open-slow").write_text("")
     assert wait_status(slow, "SUCCEEDED", "FAILED")["status"] == "SUCCEEDED"
+
+
+def test_shell_line_in_a_spec_keeps_its_operators(home: Path, project: Path) -> None:
+    (project / "job.yaml").write_text(
+        'command: "echo one && echo two | tr a-z A-Z > out.txt; cat out.txt"\nshell: true\n'
+    )
+    result = ferry("run", "job.yaml", cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "one\nTWO\n"
+
+
+def test_cancelling_the_head_of_the_queue_starts_the_jobs_behind_it(
+    home: Path, project: Path
+) -> None:
+    ferry("config", "set", "local.gpus", "2")
+    ferry("config", "set", "local.cpus", "4")
+    long = submit(
+        "--accelerator", "A100:1", "--", "python", "-c", "import time; time.sleep(60)", cwd=project
+    )
+    wait_status(long, "RUNNING")
+    big = submit("--accelerator", "A100:2", "--", "true", cwd=project)
+    small = submit("--accelerator", "A100:1", "--", "true", cwd=project)
+    assert job_status(small)["status"] == "QUEUED"  # held back for `big`
+    ferry("cancel", big)
+    assert wait_status(small, "SUCCEEDED", timeout=20)["status"] == "SUCCEEDED"
+    assert job_status(long)["status"] == "RUNNING"
+    ferry("cancel", long, "--wait")
+
+
+def test_a_job_that_can_no_longer_fit_does_not_block_the_queue(home: Path, project: Path) -> None:
+    ferry("config", "set", "local.gpus", "2")
+    ferry("config", "set", "local.cpus", "1")
+    first = submit("--", "python", "-c", "import time; time.sleep(1)", cwd=project)
+    wait_status(first, "RUNNING")
+    big = submit("--accelerator", "A100:2", "--", "true", cwd=project)
+    after = submit("--", "true", cwd=project)
+    ferry("config", "set", "local.gpus", "1")  # `big` can never run here now
+    assert wait_status(after, "SUCCEEDED", timeout=30)["status"] == "SUCCEEDED"
+    assert job_status(big)["status"] == "QUEUED"
+    assert "can never start here now" in ferry("status", big, env={"COLUMNS": "250"}).stdout
+    ferry("cancel", big)
+
+
+def test_relative_paths_are_fixed_at_submit(home: Path, tmp_path: Path) -> None:
+    ferry("config", "set", "local.cpus", "1")
+    x, y = tmp_path / "x", tmp_path / "y"
+    for folder, text in ((x, "DATA-X"), (y, "DATA-Y")):
+        folder.mkdir()
+        (folder / "data.txt").write_text(text)
+    holder = submit("--", "python", "-c", "import time; time.sleep(1)", cwd=y)
+    reader = submit("--input", "d=./data.txt", "--", "sh", "-c", "cat $FERRY_INPUT_D", cwd=x)
+    wait_status(holder, "SUCCEEDED")
+    wait_status(reader, "SUCCEEDED")
+    assert ferry("logs", reader).stdout == "DATA-X\n"
+    assert job_status(reader)["spec"]["inputs"]["d"]["uri"] == str(x / "data.txt")
+
+
+def test_a_lost_jobs_whole_group_is_stopped(home: Path, project: Path) -> None:
+    job_id = submit("--", "sh", "-c", "sleep 1011 & env -i sleep 1012 & sleep 1013", cwd=project)
+    wait_status(job_id, "RUNNING")
+    from ferry.store import open_store
+
+    def sleepers() -> list[int]:
+        found = []
+        for pid in os.listdir("/proc"):
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if cmd[:1] == [b"sleep"] and cmd[1:2] in ([b"1011"], [b"1012"], [b"1013"]):
+                found.append(int(pid))
+        return found
+
+    wait_for(lambda: len(sleepers()) == 3, 20, "the three sleeps")
+    supervisor = open_store().get_job(job_id).supervisor_pid
+    assert supervisor
+    os.kill(supervisor, signal.SIGKILL)
+    wait_for(lambda: not pid_alive(supervisor), 10, "the supervisor to die")
+    ferry("jobs")
+    wait_for(lambda: not [p for p in sleepers() if pid_alive(p)], 10, "every sleep to be killed")
+
+
+def test_a_job_may_submit_jobs_that_outlive_it(home: Path, project: Path) -> None:
+    script(
+        project,
+        "outer.py",
+        f"""
+        import subprocess
+        job = subprocess.run([{FERRY!r}, "run", "--detach", "--name", "inner", "--", "python", "-c",
+                              "import time; time.sleep(1.5); print('inner-done')"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+        print(job)
+    """,
+    )
+    result = ferry("run", "--name", "outer", "--", "python", "outer.py", cwd=project)
+    assert result.returncode == 0, result.stderr
+    inner = result.stdout.strip()
+    assert wait_status(inner, "SUCCEEDED", "FAILED", "CANCELLED")["status"] == "SUCCEEDED"
+    assert ferry("logs", inner).stdout == "inner-done\n"

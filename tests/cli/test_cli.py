@@ -169,3 +169,40 @@ def test_jobs_watch_is_live_until_ctrl_c(home: Path, project: Path) -> None:
     _, status = os.waitpid(pid, 0)
     os.close(fd)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_hyperparameters_typed_like_numbers_are_numbers(home: Path, project: Path) -> None:
+    result = ferry(
+        "run",
+        "-p",
+        "lr=1e-3",
+        "-p",
+        "steps=100",
+        "-p",
+        "name=resnet",
+        "--dry-run",
+        "--",
+        "true",
+        cwd=project,
+    )
+    assert json.loads(result.stdout)["spec"]["hyperparameters"] == {
+        "lr": 0.001,
+        "steps": 100,
+        "name": "resnet",
+    }
+
+
+def test_logs_of_an_attempt_that_does_not_exist(home: Path, project: Path) -> None:
+    from tests.conftest import assert_one_line_error
+
+    job_id = submit("--", "true", cwd=project)
+    ferry("wait", job_id)
+    assert "has no attempt 99" in assert_one_line_error(
+        ferry("logs", "-f", job_id, "--attempt", "99"), 1
+    )
+    assert "--tail" in assert_one_line_error(ferry("logs", job_id, "--tail", "-5"), 2)
+
+
+def test_relative_outputs_root_is_stored_absolute(home: Path, project: Path) -> None:
+    assert ferry("config", "set", "outputs_root", "out", cwd=project).returncode == 0
+    assert ferry("config", "get", "outputs_root").stdout.strip() == str(project / "out")
