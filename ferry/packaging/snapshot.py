@@ -83,10 +83,13 @@ def _collect(root: Path, skip: set[Path]) -> list[tuple[Path, int]]:
 
 
 def _ignored(path: Path, is_dir: bool, specs: list[tuple[Path, object]]) -> bool:
-    for base, spec in reversed(specs):  # the deepest ignore file speaks first
+    # As git does: the deepest ignore file with a verdict on the path decides, so a
+    # `!keep.csv` in sub/.gitignore brings back what `*.csv` at the top left out.
+    for base, spec in reversed(specs):
         rel = path.relative_to(base).as_posix() + ("/" if is_dir else "")
-        if spec.match_file(rel):  # type: ignore[attr-defined]
-            return True
+        verdict = spec.check_file(rel).include  # type: ignore[attr-defined]
+        if verdict is not None:
+            return bool(verdict)
     return False
 
 

@@ -59,6 +59,22 @@ def test_ignore_files_at_every_level(tmp_path: Path) -> None:
     assert result.files == 7
 
 
+def test_a_deeper_ignore_file_can_bring_files_back(tmp_path: Path) -> None:
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    tree(
+        src,
+        {
+            ".gitignore": "*.csv\n",
+            "top.csv": "x",
+            "sub/.gitignore": "!keep.csv\n",
+            "sub/keep.csv": "k",
+            "sub/drop.csv": "d",
+        },
+    )
+    snapshot_code(src, dest, 10**6)
+    assert copied(dest) == {".gitignore", "sub/.gitignore", "sub/keep.csv"}
+
+
 def test_modes_and_symlinks_are_kept(tmp_path: Path) -> None:
     src, dest = tmp_path / "src", tmp_path / "dest"
     tree(src, {"run.sh": "#!/bin/sh\necho hi\n", "a.txt": "a"})
