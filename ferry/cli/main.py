@@ -31,6 +31,7 @@ COMMANDS = {
     "logs": "logs",
     "cancel": "control",
     "wait": "control",
+    "outputs": "outputs_cmd",
     "config": "config_cmd",
 }
 

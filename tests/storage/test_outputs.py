@@ -1,0 +1,105 @@
+"""Outputs sent to buckets: checkpoints while the job runs, everything at the end, the
+manifest last; and `ferry outputs` to list and fetch them."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import ferry, ferry_json, job_status, submit, wait_for
+
+pytestmark = pytest.mark.slow
+
+TRAIN = textwrap.dedent("""
+    import os, time
+    ck = os.environ["FERRY_CHECKPOINT_DIR"]
+    open(os.path.join(ck, "step-1.pt"), "wb").write(b"c" * 1000)
+    gate = os.path.join(os.environ["FERRY_TEST_TMP"], "finish")
+    while not os.path.exists(gate):
+        time.sleep(0.05)
+    open(os.path.join(os.environ["FERRY_MODEL_DIR"], "model.bin"), "wb").write(b"m" * 2048)
+    open(os.path.join(os.environ["FERRY_OUTPUT_DIR"], "notes.txt"), "w").write("done")
+    print("trained", os.environ["BUCKET_ROOT"])
+""")
+
+
+def test_outputs_reach_the_bucket_with_the_manifest_last(
+    stores: dict[str, Any], home: Path, project: Path, tmp_path: Path
+) -> None:
+    s3, bucket = stores["s3"], stores["bucket"]
+    ferry("config", "set", "outputs.sync_interval", "0.3s")
+    (project / "train.py").write_text(TRAIN)
+    job_id = submit(
+        "--outputs", f"s3://{bucket}/runs/{{job_id}}", "--", "python", "train.py", cwd=project
+    )
+    root = f"{bucket}/runs/{job_id}"
+    # the checkpoint arrives while the job still runs; the manifest does not
+    wait_for(
+        lambda: s3.invalidate_cache() or s3.exists(f"{root}/checkpoints/step-1.pt"),
+        30,
+        "the live checkpoint sync",
+    )
+    assert job_status(job_id)["status"] == "RUNNING"
+    assert not s3.exists(f"{root}/manifest.json")
+    (tmp_path / "finish").write_text("")
+    assert ferry("wait", job_id).returncode == 0
+    s3.invalidate_cache()
+    manifest = json.loads(s3.cat_file(f"{root}/manifest.json"))
+    assert manifest["complete"] is True and manifest["job_id"] == job_id
+    by_path = {f["path"]: f for f in manifest["files"]}
+    assert set(by_path) == {
+        "checkpoints/step-1.pt",
+        "model/model.bin",
+        "output/notes.txt",
+        "logs/attempt-1.log",
+    }
+    assert by_path["model/model.bin"]["sha256"] == hashlib.sha256(b"m" * 2048).hexdigest()
+    assert s3.cat_file(f"{root}/model/model.bin") == b"m" * 2048
+    assert f"trained s3://{bucket}" in s3.cat_file(f"{root}/logs/attempt-1.log").decode()
+    listed = ferry_json("outputs", job_id)
+    assert listed["complete"] and {f["path"] for f in listed["files"]} == set(by_path)
+    fetched = tmp_path / "fetched"
+    assert ferry("outputs", job_id, "--download", str(fetched)).returncode == 0
+    assert (fetched / "model" / "model.bin").read_bytes() == b"m" * 2048
+    assert json.loads((fetched / "manifest.json").read_text())["job_id"] == job_id
+
+
+def test_local_outputs_get_logs_and_a_manifest(home: Path, project: Path) -> None:
+    (project / "save.py").write_text(
+        "import os\nopen(os.environ['FERRY_MODEL_DIR'] + '/m.bin', 'wb').write(b'x')\nprint('saved')\n"
+    )
+    assert ferry("run", "--", "python", "save.py", cwd=project).returncode == 0
+    job = ferry_json("jobs")[0]
+    out = Path(job["outputs"])
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert {f["path"] for f in manifest["files"]} == {"model/m.bin", "logs/attempt-1.log"}
+    assert "saved" in (out / "logs" / "attempt-1.log").read_text()
+    text = ferry("outputs", job["id"]).stdout
+    assert "complete" in text and "model/m.bin" in text
+
+
+def test_unwritable_outputs_fail_the_job_with_the_reason(
+    stores: dict[str, Any], home: Path, project: Path
+) -> None:
+    s3, bucket = stores["s3"], stores["bucket"]
+    # the bucket exists at submit, and is gone by the time the job ends
+    (project / "gate.py").write_text(
+        "import os, time\n"
+        "g = os.path.join(os.environ['FERRY_TEST_TMP'], 'go')\n"
+        "while not os.path.exists(g): time.sleep(0.05)\n"
+    )
+    job_id = submit(
+        "--outputs", f"s3://{bucket}/runs/{{job_id}}", "--", "python", "gate.py", cwd=project
+    )
+    wait_for(lambda: job_status(job_id)["status"] == "RUNNING", 30, "the job to run")
+    s3.rm(bucket, recursive=True)
+    (Path(os.environ["FERRY_TEST_TMP"]) / "go").write_text("")
+    assert ferry("wait", job_id).returncode == 1
+    reason = job_status(job_id)["reason"]
+    assert f"outputs could not be written to s3://{bucket}/runs/{job_id}" in reason
