@@ -69,11 +69,13 @@ def follow(
     current: Attempt | None = None
     offset = 0
     last_check = time.monotonic()
+    staging = _StagingLine()
     while True:
         if on_tick is not None:
             on_tick()
         job = store.get_job(job_id)
         attempts = store.attempts(job_id)
+        staging.show(job)
         finished = attempt is not None and attempts and job.status.is_terminal()
         if finished and all(a.number != attempt for a in attempts):
             from ferry.errors import FerryError
@@ -119,3 +121,39 @@ def _drain(path: str, offset: int, timestamps: bool, split_streams: bool) -> Non
         if not block:
             return
         write_block(block, timestamps, split_streams)
+
+
+class _StagingLine:
+    """A live line on a terminal while the job's inputs are copied: input, %, bytes, files."""
+
+    def __init__(self) -> None:
+        self.shown = ""
+        self.enabled = sys.stderr.isatty()
+
+    def show(self, job: Job) -> None:
+        if not self.enabled:
+            return
+        import json
+        from pathlib import Path
+
+        from ferry.controller import STAGING_FILE
+        from ferry.units import format_size
+
+        try:
+            state = json.loads((Path(job.job_dir) / STAGING_FILE).read_text())
+        except (OSError, ValueError):
+            if self.shown:  # staging is over
+                sys.stderr.write("\r\033[K")
+                sys.stderr.flush()
+                self.shown = ""
+            return
+        total = max(int(state["total"]), 1)
+        line = (
+            f"ferry: copying input {state['input']}: {100 * int(state['done']) // total}% "
+            f"({format_size(state['done'])} of {format_size(state['total'])}, "
+            f"{state['files']}/{state['all_files']} files)"
+        )
+        if line != self.shown:
+            sys.stderr.write("\r\033[K" + line)
+            sys.stderr.flush()
+            self.shown = line

@@ -32,6 +32,7 @@ COMMANDS = {
     "cancel": "control",
     "wait": "control",
     "outputs": "outputs_cmd",
+    "cache": "cache_cmd",
     "config": "config_cmd",
 }
 

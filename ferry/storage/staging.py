@@ -120,7 +120,7 @@ def stage_input(
     if todo:
         fs = filesystem(loc.protocol)
         # fsspec's async stores (S3, GCS, Azure) fetch a list of files concurrently
-        batch = 32
+        batch = 16  # files per request round: concurrent, yet progress moves often
         for start in range(0, len(todo), batch):
             chunk = todo[start : start + batch]
             try:

@@ -134,3 +134,21 @@ def test_missing_input_or_bucket_is_refused_at_submit(
     result = ferry("run", "--input", "train=ftp://host/x", "--", "true", cwd=project)
     assert "unknown storage scheme ftp://" in assert_one_line_error(result, 2)
     assert ferry_json("jobs") == []
+
+
+def test_cache_ls_and_prune(stores: dict[str, Any], project: Path) -> None:
+    s3, bucket = stores["s3"], stores["bucket"]
+    put(s3, bucket, {"d/one.bin": b"1" * 100, "d/two.bin": b"2" * 300})
+    result = ferry("run", "--input", f"d=s3://{bucket}/d", "--", "true", cwd=project)
+    assert result.returncode == 0, result.stderr
+    entries = ferry_json("cache", "ls")
+    assert sorted((e["uri"], e["size"]) for e in entries) == [
+        (f"s3://{bucket}/d/one.bin", 100),
+        (f"s3://{bucket}/d/two.bin", 300),
+    ]
+    assert "2 objects" in ferry("cache", "ls").stderr
+    assert ferry("cache", "prune", "--max-size", "350B").returncode == 0
+    assert len(ferry_json("cache", "ls")) == 1
+    assert ferry("cache", "prune", "--all").returncode == 0
+    assert ferry_json("cache", "ls") == []
+    assert ferry("cache", "prune").returncode == 2
