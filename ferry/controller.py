@@ -352,10 +352,15 @@ def _failure_reason(code: int, tail: list[str], killed_by_us: bool) -> str:
 
 
 def _command_argv(spec: dict[str, Any]) -> list[str]:
+    from ferry.contract.sagemaker import arguments
+
     command = [str(w) for w in spec["command"]]
+    extra = arguments(spec.get("contract", "ferry"), spec.get("hyperparameters") or {})
     if spec.get("shell"):  # words are joined with spaces, as ssh does
-        return ["/bin/sh", "-c", " ".join(command)]
-    return command
+        import shlex
+
+        return ["/bin/sh", "-c", " ".join([*command, *map(shlex.quote, extra)])]
+    return [*command, *extra]
 
 
 def _launch_env(job: Job) -> dict[str, str]:
@@ -376,6 +381,7 @@ def supervise(job_id: str, control: Control, store: Store | None = None) -> None
     """Run a job's attempts to the end. Called in the detached supervisor process."""
     from ferry.backends.base import LaunchRequest
     from ferry.backends.local import LocalBackend, become_subreaper
+    from ferry.contract import sagemaker
     from ferry.contract.env import JobDirs, contract_env
     from ferry.storage.outputs import OutputSync
 
@@ -396,6 +402,8 @@ def supervise(job_id: str, control: Control, store: Store | None = None) -> None
     grace = float(config.get("local.stop_grace"))
     max_runtime = (spec.get("limits") or {}).get("max_runtime")
     retries_left = int((spec.get("retries") or {}).get("on_error", 0))
+    contract = spec.get("contract", "ferry")
+    opt_ml = Path(job.job_dir) / "opt_ml"
     try:
         dirs.create()
     except OSError as exc:
@@ -435,6 +443,9 @@ def supervise(job_id: str, control: Control, store: Store | None = None) -> None
                 bucket_root=_bucket_root(job.outputs),
             ),
         }
+        if contract == "sagemaker":
+            (opt_ml / "output" / "failure").unlink(missing_ok=True)
+            env.update(sagemaker.prepare(opt_ml, dirs, spec.get("hyperparameters") or {}, inputs))
         request = LaunchRequest(
             job=job,
             attempt=attempt.number,
@@ -475,7 +486,11 @@ def supervise(job_id: str, control: Control, store: Store | None = None) -> None
         if outcome == "abandoned":
             _abandon(store, job_id, attempt.number, running)
             return
-        if outcome == "exited" and code == 0:
+        marker = sagemaker.failure_text(opt_ml) if contract == "sagemaker" else None
+        if outcome == "exited" and marker:  # the script said why it failed, as on SageMaker
+            reason = f"{marker} (from /opt/ml/output/failure; {describe_exit(code)})"
+            ending = (AttemptStatus.FAILED, _S.FAILED, reason)
+        elif outcome == "exited" and code == 0:
             ending = (AttemptStatus.SUCCEEDED, _S.SUCCEEDED, "exit code 0")
         elif outcome == "cancelled":
             ending = (AttemptStatus.CANCELLED, _S.CANCELLED, "cancelled")

@@ -148,6 +148,9 @@ class JobSpec(_Model):
     retries: Retries = Retries()
     checkpoint: Checkpoint = Checkpoint()
     backend: str | None = None
+    # how the script expects to be called: Ferry's variables (all aliases set), or as on
+    # Vertex AI (--key=value arguments) or SageMaker (--key value, the /opt/ml files)
+    contract: Literal["ferry", "vertex", "sagemaker"] = "ferry"
 
     @field_validator("name")
     @classmethod

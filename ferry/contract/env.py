@@ -34,7 +34,7 @@ class JobDirs:
             path.mkdir(parents=True, exist_ok=True)
 
 
-def _env_key(name: str) -> str:
+def env_key(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9]", "_", name).upper()
 
 
@@ -88,8 +88,8 @@ def contract_env(
     if checkpoint_every:
         env["FERRY_CHECKPOINT_EVERY"] = f"{checkpoint_every:g}"
     for key, value in hyperparameters.items():
-        env[f"SM_HP_{_env_key(key)}"] = _hp_text(value)
+        env[f"SM_HP_{env_key(key)}"] = _hp_text(value)
     for name, path in inputs.items():
-        env[f"FERRY_INPUT_{_env_key(name)}"] = path
-        env[f"SM_CHANNEL_{_env_key(name)}"] = path
+        env[f"FERRY_INPUT_{env_key(name)}"] = path
+        env[f"SM_CHANNEL_{env_key(name)}"] = path
     return env

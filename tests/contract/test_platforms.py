@@ -1,0 +1,94 @@
+"""Scripts written for SageMaker or Vertex AI run unchanged: their files, variables and
+argument styles, with real local folders."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ferry, ferry_json, job_status
+
+pytestmark = pytest.mark.slow
+
+SAGEMAKER_SCRIPT = textwrap.dedent("""
+    import argparse, json, os
+    p = argparse.ArgumentParser()
+    p.add_argument("--lr", type=float)
+    p.add_argument("--epochs", type=int)
+    p.add_argument("--arch")
+    args = p.parse_args()
+    config = os.environ["SM_INPUT_CONFIG_DIR"]
+    hps = json.load(open(os.path.join(config, "hyperparameters.json")))
+    resources = json.load(open(os.path.join(config, "resourceconfig.json")))
+    channels = json.load(open(os.path.join(config, "inputdataconfig.json")))
+    data = open(os.path.join(os.environ["SM_CHANNEL_TRAIN"], "x.csv")).read().strip()
+    os.makedirs(os.environ["SM_MODEL_DIR"], exist_ok=True)
+    with open(os.path.join(os.environ["SM_MODEL_DIR"], "report.json"), "w") as f:
+        json.dump({"args": vars(args), "hps": hps, "host": resources["current_host"],
+                   "channels": sorted(channels), "data": data,
+                   "sm_hosts": json.loads(os.environ["SM_HOSTS"])}, f)
+""")
+
+
+def test_a_sagemaker_script_runs_unchanged(home: Path, project: Path, tmp_path: Path) -> None:
+    data = tmp_path / "train"
+    data.mkdir()
+    (data / "x.csv").write_text("1,2,3\n")
+    (project / "train.py").write_text(SAGEMAKER_SCRIPT)
+    (project / "job.yaml").write_text(
+        f"command: python train.py\ncontract: sagemaker\ninputs: {{train: {data}}}\n"
+        "hyperparameters: {lr: 0.01, epochs: 2, arch: resnet}\n"
+    )
+    result = ferry("run", "job.yaml", cwd=project)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(
+        (Path(ferry_json("jobs")[0]["outputs"]) / "model" / "report.json").read_text()
+    )
+    assert report["args"] == {"lr": 0.01, "epochs": 2, "arch": "resnet"}  # --key value
+    assert report["hps"] == {"lr": "0.01", "epochs": "2", "arch": "resnet"}  # text, as SageMaker
+    assert report["host"] == "algo-1" and report["sm_hosts"] == ["algo-1"]
+    assert report["channels"] == ["train"] and report["data"] == "1,2,3"
+
+
+def test_the_sagemaker_failure_file_becomes_the_reason(home: Path, project: Path) -> None:
+    (project / "fail.py").write_text(
+        "import os\n"
+        "out = os.environ.get('SM_OUTPUT_DIR', '.')\n"
+        "open(os.path.join(out, 'failure'), 'w').write('CUDA out of memory at batch 512')\n"
+    )
+    result = ferry("run", "--name", "smfail", "--", "python", "fail.py", cwd=project)
+    assert result.returncode == 0  # the Ferry contract reads no failure file
+    (project / "job.yaml").write_text("command: python fail.py\ncontract: sagemaker\n")
+    result = ferry("run", "job.yaml", cwd=project)
+    assert result.returncode == 1
+    job = ferry_json("jobs")[0]
+    assert job["status"] == "FAILED"
+    assert (
+        job["reason"]
+        == "CUDA out of memory at batch 512 (from /opt/ml/output/failure; exit code 0)"
+    )
+    assert job_status(job["id"])["attempts"][0]["status"] == "FAILED"
+
+
+def test_a_vertex_script_gets_key_equals_value_arguments(home: Path, project: Path) -> None:
+    (project / "task.py").write_text(
+        "import argparse, os\n"
+        "p = argparse.ArgumentParser()\n"
+        "p.add_argument('--lr', type=float)\n"
+        "p.add_argument('--layers', type=int)\n"
+        "a = p.parse_args()\n"
+        "d = os.environ['AIP_MODEL_DIR']\n"
+        "assert d.endswith('/')\n"
+        "open(d + 'saved.txt', 'w').write(f'{a.lr} {a.layers}')\n"
+        "print(os.environ['CLOUD_ML_JOB_ID'] == os.environ['FERRY_JOB_ID'])\n"
+    )
+    (project / "job.yaml").write_text(
+        "command: python task.py\ncontract: vertex\nhyperparameters: {lr: 0.5, layers: 3}\n"
+    )
+    result = ferry("run", "job.yaml", cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "True\n"
+    assert (Path(ferry_json("jobs")[0]["outputs"]) / "model" / "saved.txt").read_text() == "0.5 3"
