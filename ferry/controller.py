@@ -555,6 +555,10 @@ def _end(
     job in one transaction: a finished job's outputs are complete."""
     ended: dict[str, Any] = {"status": attempt_status, "ended_at": time.time(), "exit_code": code}
     try:
+        job = store.get_job(job_id)
+        patterns = job.spec.get("collect") or []
+        if patterns:
+            sync.collect(Path(job.job_dir) / "code", patterns)
         logs = [Path(a.log_path) for a in store.attempts(job_id)]
         manifest = sync.finish(logs, job_id)
         store.add_event(job_id, f"outputs: {len(manifest['files'])} files in {sync.target.uri}")

@@ -148,6 +148,8 @@ class JobSpec(_Model):
     retries: Retries = Retries()
     checkpoint: Checkpoint = Checkpoint()
     backend: str | None = None
+    # files the script writes in its working folder that belong in the outputs too
+    collect: tuple[str, ...] = ()
     # how the script expects to be called: Ferry's variables (all aliases set), or as on
     # Vertex AI (--key=value arguments) or SageMaker (--key value, the /opt/ml files)
     contract: Literal["ferry", "vertex", "sagemaker"] = "ferry"

@@ -86,6 +86,24 @@ class OutputSync:
         self.bytes_sent += sent
         return sent
 
+    def collect(self, workdir: Path, patterns: tuple[str, ...] | list[str]) -> int:
+        """Copy files matching ``patterns`` (globs, ``**`` for any depth) from the job's
+        working folder into the outputs, keeping their relative paths. Returns the count."""
+        copied = 0
+        found: set[Path] = set()
+        for pattern in patterns:
+            for match in workdir.glob(pattern):
+                # a folder matched (`logs`, or `logs/**`) stands for every file under it
+                found.update(
+                    [match] if match.is_file() else (p for p in match.rglob("*") if p.is_file())
+                )
+        for path in sorted(found):
+            target = self.local / path.relative_to(workdir)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+            copied += 1
+        return copied
+
     def finish(self, logs: list[Path], job_id: str) -> dict[str, Any]:
         """Copy the logs in, send everything, then write the manifest last."""
         log_dir = self.local / "logs"

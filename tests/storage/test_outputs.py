@@ -103,3 +103,17 @@ def test_unwritable_outputs_fail_the_job_with_the_reason(
     assert ferry("wait", job_id).returncode == 1
     reason = job_status(job_id)["reason"]
     assert f"outputs could not be written to s3://{bucket}/runs/{job_id}" in reason
+
+
+def test_collect_brings_files_from_the_working_folder(home: Path, project: Path) -> None:
+    (project / "job.yaml").write_text(
+        "command: python -c \"import os; os.makedirs('lightning_logs/v0', exist_ok=True); "
+        "open('lightning_logs/v0/events.out', 'w').write('e'); open('scratch.tmp', 'w').write('t')\"\n"
+        "collect: ['lightning_logs/**']\n"
+    )
+    assert ferry("run", "job.yaml", cwd=project).returncode == 0
+    out = Path(ferry_json("jobs")[0]["outputs"])
+    assert (out / "lightning_logs" / "v0" / "events.out").read_text() == "e"
+    assert not (out / "scratch.tmp").exists()
+    files = {f["path"] for f in json.loads((out / "manifest.json").read_text())["files"]}
+    assert "lightning_logs/v0/events.out" in files
