@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ferry import config, defaults
+from ferry.contract.env import env_key
 from ferry.errors import FerryError, TransitionError, UsageError
 from ferry.procs import environ_of, hostname, is_supervisor, start_time
 from ferry.status import ACTIVE, AttemptStatus, JobStatus
@@ -29,6 +30,7 @@ from ferry.store.base import IdTaken
 
 if TYPE_CHECKING:
     from ferry.backends.local import LocalAttempt
+    from ferry.contract.env import JobDirs
     from ferry.spec import JobSpec
     from ferry.storage.outputs import OutputSync
 
@@ -117,6 +119,12 @@ def submit(
         fd = os.open(launch_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as file:
             json.dump(launch, file)
+        if spec.paths == "auto":  # decided once, on the code as submitted
+            from ferry.contract.container_paths import mentions_container_paths
+
+            paths = "container" if mentions_container_paths(staging / "code") else "host"
+            spec = spec.model_copy(update={"paths": paths})
+            backend.check(spec)
         job = _store_job(store, spec, name, backend_name, staging, root)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -443,13 +451,19 @@ def supervise(job_id: str, control: Control, store: Store | None = None) -> None
                 bucket_root=_bucket_root(job.outputs),
             ),
         }
-        if contract == "sagemaker":
+        argv = _command_argv(spec)
+        container = spec.get("paths") == "container"
+        if contract == "sagemaker" or container:
             (opt_ml / "output" / "failure").unlink(missing_ok=True)
-            env.update(sagemaker.prepare(opt_ml, dirs, spec.get("hyperparameters") or {}, inputs))
+            sm_env = sagemaker.prepare(opt_ml, dirs, spec.get("hyperparameters") or {}, inputs)
+            if contract == "sagemaker":
+                env.update(sm_env)
+        if container:
+            argv = _in_container_paths(job, argv, env, dirs, opt_ml, inputs, sync, contract)
         request = LaunchRequest(
             job=job,
             attempt=attempt.number,
-            argv=_command_argv(spec),
+            argv=argv,
             cwd=str(Path(job.job_dir) / "code"),
             env=env,
             log_path=attempt.log_path,
@@ -525,6 +539,47 @@ def supervise(job_id: str, control: Control, store: Store | None = None) -> None
             store.update_attempt(job_id, attempt.number, **ended)
             continue
         _backoff(store, job_id, errors, control)
+
+
+def _in_container_paths(
+    job: Job,
+    argv: list[str],
+    env: dict[str, str],
+    dirs: JobDirs,
+    opt_ml: Path,
+    inputs: dict[str, str],
+    sync: OutputSync,
+    contract: str,
+) -> list[str]:
+    """Run ``argv`` where /opt/ml and /gcs/<bucket> exist (and point ``env`` at them)."""
+    from ferry.contract import container_paths as cp
+
+    gcs: dict[str, str] = {}
+    if sync.remote and (where := cp.gcs_path(sync.target.uri)):
+        gcs[where] = str(sync.local)
+    for name, item in (job.spec.get("inputs") or {}).items():
+        where = cp.gcs_path(item["uri"])
+        if where and "://" not in inputs[name]:
+            gcs[where] = inputs[name]
+    binds = cp.binds_for(opt_ml, dirs.model, dirs.checkpoints, dirs.output, dirs.tensorboard, gcs)
+    if contract == "sagemaker":  # as inside a SageMaker container
+        env.update(
+            SM_MODEL_DIR="/opt/ml/model",
+            SM_OUTPUT_DATA_DIR="/opt/ml/output/data",
+            SM_INPUT_DIR="/opt/ml/input",
+            SM_INPUT_CONFIG_DIR="/opt/ml/input/config",
+            SM_OUTPUT_DIR="/opt/ml/output",
+        )
+        for name in inputs:
+            env[f"SM_CHANNEL_{env_key(name)}"] = f"/opt/ml/input/data/{name}"
+    if contract == "vertex" and sync.remote and sync.target.protocol == "gs":
+        for var, folder in (
+            ("AIP_MODEL_DIR", "model"),
+            ("AIP_CHECKPOINT_DIR", "checkpoints"),
+            ("AIP_TENSORBOARD_LOG_DIR", "tensorboard"),
+        ):
+            env[var] = sync.target.child(folder).uri + "/"  # as Vertex AI gives them
+    return cp.wrap(argv, str(Path(job.job_dir) / "code"), Path(job.job_dir) / "root", binds)
 
 
 def _abandon(store: Store, job_id: str, number: int, running: LocalAttempt) -> None:

@@ -153,6 +153,9 @@ class JobSpec(_Model):
     # how the script expects to be called: Ferry's variables (all aliases set), or as on
     # Vertex AI (--key=value arguments) or SageMaker (--key value, the /opt/ml files)
     contract: Literal["ferry", "vertex", "sagemaker"] = "ferry"
+    # "container": /opt/ml and /gcs/<bucket> exist for the job (a private mount namespace);
+    # "auto" (default): when the code mentions them; "host": never
+    paths: Literal["auto", "container", "host"] = "auto"
 
     @field_validator("name")
     @classmethod

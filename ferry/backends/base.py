@@ -106,6 +106,8 @@ def features_used(spec: JobSpec) -> dict[str, str]:
         used["resources.spot"] = "spot capacity (resources.spot)"
     if spec.resources.nodes > 1:
         used["resources.nodes"] = f"multi-node jobs (resources.nodes: {spec.resources.nodes})"
+    if spec.paths == "container":
+        used["paths.container"] = "container paths (paths: container)"
     acc = spec.resources.accelerator_request
     if acc and acc.is_tpu:
         used["resources.tpu"] = f"TPUs (resources.accelerator: {acc})"

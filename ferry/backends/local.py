@@ -350,7 +350,7 @@ class LocalBackend(Backend):
 
     name = "local"
     # buckets in and out; spot, TPUs and multi-node come with later backends
-    features = frozenset({"inputs.remote", "inputs.stream", "outputs.remote"})
+    features = frozenset({"inputs.remote", "inputs.stream", "outputs.remote", "paths.container"})
 
     @property
     def inventory(self) -> Inventory:

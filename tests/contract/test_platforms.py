@@ -92,3 +92,37 @@ def test_a_vertex_script_gets_key_equals_value_arguments(home: Path, project: Pa
     assert result.returncode == 0, result.stderr
     assert result.stdout == "True\n"
     assert (Path(ferry_json("jobs")[0]["outputs"]) / "model" / "saved.txt").read_text() == "0.5 3"
+
+
+def test_hard_coded_opt_ml_paths_work_without_docker(
+    home: Path, project: Path, tmp_path: Path
+) -> None:
+    data = tmp_path / "train"
+    data.mkdir()
+    (data / "rows.csv").write_text("a\nb\nc\n")
+    (project / "train.py").write_text(
+        "rows = open('/opt/ml/input/data/train/rows.csv').read().split()\n"
+        "import json, os\n"
+        "hps = json.load(open('/opt/ml/input/config/hyperparameters.json'))\n"
+        "open('/opt/ml/model/model.txt', 'w').write(f'{len(rows)} rows, lr {hps[\"lr\"]}')\n"
+        "open('/opt/ml/checkpoints/ck.txt', 'w').write('c')\n"
+        "print(os.environ['SM_MODEL_DIR'], os.environ['SM_CHANNEL_TRAIN'])\n"
+    )
+    (project / "job.yaml").write_text(
+        f"command: python train.py\ncontract: sagemaker\ninputs: {{train: {data}}}\nhyperparameters: {{lr: 0.1}}\n"
+    )
+    result = ferry("run", "job.yaml", cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "/opt/ml/model /opt/ml/input/data/train\n"
+    job = ferry_json("jobs")[0]
+    assert job["spec"]["paths"] == "container"  # noticed in the code
+    out = Path(job["outputs"])
+    assert (out / "model" / "model.txt").read_text() == "3 rows, lr 0.1"
+    assert (out / "checkpoints" / "ck.txt").read_text() == "c"
+    assert not Path("/opt/ml").exists()  # nothing changed on this machine
+
+
+def test_code_without_container_paths_runs_on_the_host(home: Path, project: Path) -> None:
+    (project / "plain.py").write_text("print('plain')\n")
+    assert ferry("run", "--", "python", "plain.py", cwd=project).stdout == "plain\n"
+    assert ferry_json("jobs")[0]["spec"]["paths"] == "host"

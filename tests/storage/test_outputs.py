@@ -117,3 +117,28 @@ def test_collect_brings_files_from_the_working_folder(home: Path, project: Path)
     assert not (out / "scratch.tmp").exists()
     files = {f["path"] for f in json.loads((out / "manifest.json").read_text())["files"]}
     assert "lightning_logs/v0/events.out" in files
+
+
+def test_vertex_script_writing_to_gcs_fuse_paths(
+    stores: dict[str, Any], home: Path, project: Path
+) -> None:
+    gs, bucket = stores["gs"], stores["bucket"]
+    (project / "task.py").write_text(
+        "import os\n"
+        "model_dir = os.environ['AIP_MODEL_DIR']\n"
+        "assert model_dir.startswith('gs://'), model_dir\n"
+        "local = model_dir.replace('gs://', '/gcs/')  # what Vertex AI users write\n"
+        "os.makedirs(local, exist_ok=True)\n"
+        "open(local + 'model.txt', 'w').write('vertex')\n"
+    )
+    (project / "job.yaml").write_text(
+        f"command: python task.py\ncontract: vertex\noutputs: gs://{bucket}/runs/{{job_id}}\n"
+    )
+    result = ferry("run", "job.yaml", cwd=project)
+    assert result.returncode == 0, result.stderr
+    job = ferry_json("jobs")[0]
+    assert job["spec"]["paths"] == "container"
+    gs.invalidate_cache()
+    assert gs.cat_file(f"{bucket}/runs/{job['id']}/model/model.txt") == b"vertex"
+    manifest = json.loads(gs.cat_file(f"{bucket}/runs/{job['id']}/manifest.json"))
+    assert "model/model.txt" in {f["path"] for f in manifest["files"]}
