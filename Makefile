@@ -14,12 +14,18 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
+# Azurite, Microsoft's Azure Blob emulator (npm), for the az:// tests.
+AZURITE := $(VENV)/node/node_modules/.bin/azurite-blob
+$(AZURITE): $(STAMP)
+	npm install --silent --prefix $(VENV)/node --no-audit --no-fund --no-save azurite@3.35.0
+	touch $(AZURITE)
+
 venv: $(STAMP)
 
 demo: $(STAMP)
 	@$(PY) examples/digits/demo.py
 
-test: $(STAMP)
+test: $(STAMP) $(AZURITE)
 	$(PY) -m pytest -q -n $(WORKERS) --dist loadgroup tests
 
 bench: $(STAMP)

@@ -581,11 +581,15 @@ def test_cancelling_the_head_of_the_queue_starts_the_jobs_behind_it(
 def test_a_job_that_can_no_longer_fit_does_not_block_the_queue(home: Path, project: Path) -> None:
     ferry("config", "set", "local.gpus", "2")
     ferry("config", "set", "local.cpus", "1")
-    script(project, "gate.py", """
+    script(
+        project,
+        "gate.py",
+        """
         import os, time
         while not os.path.exists(os.path.join(os.environ["FERRY_TEST_TMP"], "open")):
             time.sleep(0.05)
-    """)
+    """,
+    )
     first = submit("--", "python", "gate.py", cwd=project)
     wait_status(first, "RUNNING")
     big = submit("--accelerator", "A100:2", "--", "true", cwd=project)

@@ -142,3 +142,18 @@ def test_vertex_script_writing_to_gcs_fuse_paths(
     assert gs.cat_file(f"{bucket}/runs/{job['id']}/model/model.txt") == b"vertex"
     manifest = json.loads(gs.cat_file(f"{bucket}/runs/{job['id']}/manifest.json"))
     assert "model/model.txt" in {f["path"] for f in manifest["files"]}
+
+
+def test_outputs_to_azure_blob(stores: dict[str, Any], home: Path, project: Path) -> None:
+    az, bucket = stores["az"], stores["bucket"]
+    (project / "save.py").write_text(
+        "import os\nopen(os.environ['FERRY_MODEL_DIR'] + '/m.bin', 'wb').write(b'az')\n"
+    )
+    result = ferry(
+        "run", "--outputs", f"az://{bucket}/runs/{{job_id}}", "--", "python", "save.py", cwd=project
+    )
+    assert result.returncode == 0, result.stderr
+    job_id = ferry_json("jobs")[0]["id"]
+    az.invalidate_cache()
+    assert az.cat_file(f"{bucket}/runs/{job_id}/model/m.bin") == b"az"
+    assert json.loads(az.cat_file(f"{bucket}/runs/{job_id}/manifest.json"))["complete"] is True

@@ -20,7 +20,7 @@ def put(fs: Any, bucket: str, files: dict[str, bytes]) -> None:
         fs.pipe(f"{bucket}/{key}", data)
 
 
-@pytest.mark.parametrize("scheme", ["s3", "gs"])
+@pytest.mark.parametrize("scheme", ["s3", "gs", "az"])
 def test_prefix_staged_then_served_from_the_cache(
     stores: dict[str, Any], tmp_path: Path, scheme: str
 ) -> None:
