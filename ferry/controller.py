@@ -579,7 +579,14 @@ def _in_container_paths(
             ("AIP_TENSORBOARD_LOG_DIR", "tensorboard"),
         ):
             env[var] = sync.target.child(folder).uri + "/"  # as Vertex AI gives them
-    return cp.wrap(argv, str(Path(job.job_dir) / "code"), Path(job.job_dir) / "root", binds)
+    local_inputs = tuple(
+        path
+        for name, path in inputs.items()
+        if "://" not in path and "://" not in job.spec["inputs"][name]["uri"]
+    )
+    return cp.wrap(
+        argv, str(Path(job.job_dir) / "code"), Path(job.job_dir) / "root", binds, local_inputs
+    )
 
 
 def _abandon(store: Store, job_id: str, number: int, running: LocalAttempt) -> None:

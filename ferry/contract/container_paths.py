@@ -60,7 +60,13 @@ def _user_namespace_flags() -> tuple[str, ...]:
     return ("--user", "--map-root-user")
 
 
-def wrap(argv: list[str], cwd: str, root: Path, binds: list[tuple[str, str]]) -> list[str]:
+def wrap(
+    argv: list[str],
+    cwd: str,
+    root: Path,
+    binds: list[tuple[str, str]],
+    read_only: tuple[str, ...] = (),
+) -> list[str]:
     """The command line that runs ``argv`` in ``cwd`` with ``binds`` (source, target)
     added to a private view of this machine built under ``root`` (an empty folder)."""
     if shutil.which("unshare") is None or shutil.which("chroot") is None:
@@ -69,7 +75,7 @@ def wrap(argv: list[str], cwd: str, root: Path, binds: list[tuple[str, str]]) ->
             "install util-linux and coreutils",
         )
     root.mkdir(parents=True, exist_ok=True)
-    script = _setup_script(root, binds)
+    script = _setup_script(root, binds, read_only)
     return [
         "unshare",
         *_user_namespace_flags(),
@@ -85,7 +91,7 @@ def wrap(argv: list[str], cwd: str, root: Path, binds: list[tuple[str, str]]) ->
     ]
 
 
-def _setup_script(root: Path, binds: list[tuple[str, str]]) -> str:
+def _setup_script(root: Path, binds: list[tuple[str, str]], read_only: tuple[str, ...]) -> str:
     r = shlex.quote(str(root))
     lines = [
         "set -e",
@@ -118,6 +124,9 @@ def _setup_script(root: Path, binds: list[tuple[str, str]]) -> str:
             f'else mkdir -p "$(dirname "$R"{t})"; touch "$R"{t}; fi',
             f'mount --bind {s} "$R"{t}',
         ]
+    for path in read_only:  # local inputs: the job reads them, it must not change them
+        p = shlex.quote(path)
+        lines += [f'mount --bind {p} "$R"{p}', f'mount -o remount,bind,ro "$R"{p}']
     lines.append('exec chroot "$R" sh -c \'cd "$0" && exec "$@"\' "$@"')
     return "\n".join(lines)
 

@@ -74,6 +74,8 @@ def contract_env(
         "AIP_MODEL_DIR": f"{dirs.model}/",
         "AIP_CHECKPOINT_DIR": f"{dirs.checkpoints}/",
         "AIP_TENSORBOARD_LOG_DIR": f"{dirs.tensorboard}/",
+        # where cloudml-hypertune writes the metrics it reports
+        "CLOUD_ML_HP_METRIC_FILE": str(dirs.output.parent / "hypertune" / "output.metrics"),
         # SageMaker training toolkit
         "TRAINING_JOB_NAME": job_id,
         "SM_MODEL_DIR": str(dirs.model),

@@ -126,3 +126,27 @@ def test_code_without_container_paths_runs_on_the_host(home: Path, project: Path
     (project / "plain.py").write_text("print('plain')\n")
     assert ferry("run", "--", "python", "plain.py", cwd=project).stdout == "plain\n"
     assert ferry_json("jobs")[0]["spec"]["paths"] == "host"
+
+
+def test_local_inputs_are_read_only_in_container_paths(
+    home: Path, project: Path, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "x.txt").write_text("original")
+    (project / "touch.py").write_text(
+        "import os\n"
+        "path = os.path.join(os.environ['FERRY_INPUT_D'], 'x.txt')\n"
+        "try:\n"
+        "    open(path, 'w').write('changed')\n"
+        "    print('written')\n"
+        "except OSError as e:\n"
+        "    print('refused', e.errno)\n"
+    )
+    (project / "job.yaml").write_text(
+        f"command: python touch.py\npaths: container\ninputs: {{d: {data}}}\n"
+    )
+    result = ferry("run", "job.yaml", cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "refused 30\n"  # EROFS
+    assert (data / "x.txt").read_text() == "original"
