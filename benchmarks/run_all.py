@@ -17,7 +17,13 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "latest.jsonl"
 # The budgets' order in the design; any other bench_*.py runs after these.
-ORDER = ["bench_launch", "bench_submit", "bench_throughput", "bench_supervisor_rss"]
+ORDER = [
+    "bench_launch",
+    "bench_submit",
+    "bench_throughput",
+    "bench_supervisor_rss",
+    "bench_staging",
+]
 TIMEOUT_S = 240
 
 

@@ -2,9 +2,11 @@
 that did not change is never downloaded twice (re-runs and retries start at once).
 
 An object's key is a hash of (URI, size, version), where the version is what the store
-changes on every write (S3 ETag, GCS generation, Azure ETag). Each entry is the data file
-and a small JSON sidecar; jobs get hard links to the data, and an entry whose data was
-changed in place (size or mtime differ from the sidecar) is dropped and fetched again.
+changes on every write (S3 ETag, GCS generation, Azure ETag). Jobs get hard links to the
+cached data. Each data file carries a modification time derived from its key: a job that
+writes into its linked copy changes that time (or the size), and the entry is then dropped
+and fetched again rather than served changed. ``index.jsonl`` records which URI each key
+came from, for ``ferry cache ls``; it is appended once per staging, not once per object.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -32,32 +35,37 @@ class CacheEntry:
     path: Path
 
 
+def _stamp(key: str) -> int:
+    """The modification time (ns) a cached object keeps while it is unchanged."""
+    return int(key[:15], 16)
+
+
 class InputCache:
     """Content-addressed objects under ``root``."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        self._pending: list[dict[str, object]] = []
 
     @staticmethod
     def key(uri: str, size: int, version: str) -> str:
         return hashlib.sha256(f"{uri}\0{size}\0{version}".encode()).hexdigest()
 
-    def _paths(self, key: str) -> tuple[Path, Path]:
-        folder = self.root / "objects" / key[:2]
-        return folder / key, folder / f"{key}.json"
+    def _data(self, key: str) -> Path:
+        return self.root / "objects" / key[:2] / key
 
-    def lookup(self, key: str) -> Path | None:
-        """The cached data for ``key``, or None (also when it was changed since)."""
-        data, meta = self._paths(key)
+    def lookup(self, key: str, size: int) -> Path | None:
+        """The cached data for ``key``, or None (also when it was changed in place)."""
+        data = self._data(key)
         try:
             stat = data.stat()
-            info = json.loads(meta.read_text())
-        except (OSError, ValueError):
+        except OSError:
             return None
-        if stat.st_size != info["size"] or stat.st_mtime_ns != info["mtime_ns"]:
-            self._remove(key)  # someone wrote into a linked copy: never serve it again
+        if stat.st_size != size or stat.st_mtime_ns != _stamp(key):
+            with contextlib.suppress(OSError):  # someone wrote into a linked copy
+                data.unlink()
             return None
-        with contextlib.suppress(OSError):  # last use, for pruning: the access time only
+        with contextlib.suppress(OSError):  # last use, for pruning: the access time
             os.utime(data, ns=(time.time_ns(), stat.st_mtime_ns))
         return data
 
@@ -69,51 +77,49 @@ class InputCache:
 
     def insert(self, key: str, downloaded: Path, uri: str, version: str) -> Path:
         """Move a finished download into the cache; returns the data path."""
-        data, meta = self._paths(key)
+        data = self._data(key)
         data.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.chmod(downloaded, 0o444)
+        os.utime(downloaded, ns=(time.time_ns(), _stamp(key)))
         os.replace(downloaded, data)
-        stat = data.stat()
-        sidecar = {
-            "uri": uri,
-            "size": stat.st_size,
-            "version": version,
-            "added": time.time(),
-            "mtime_ns": stat.st_mtime_ns,
-        }
-        tmp = meta.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(sidecar))
-        os.replace(tmp, meta)
+        self._pending.append({"key": key, "uri": uri, "version": version, "added": time.time()})
         return data
+
+    def flush_index(self) -> None:
+        """Record the URIs of the objects inserted since the last flush (one append)."""
+        if not self._pending:
+            return
+        lines = "".join(json.dumps(p) + "\n" for p in self._pending)
+        with open(self.root / "index.jsonl", "a") as index:
+            index.write(lines)
+        self._pending.clear()
+
+    def _index(self) -> dict[str, dict[str, Any]]:
+        found: dict[str, dict[str, Any]] = {}
+        with contextlib.suppress(FileNotFoundError), open(self.root / "index.jsonl") as index:
+            for line in index:
+                with contextlib.suppress(ValueError, KeyError, TypeError):
+                    entry = json.loads(line)
+                    found[str(entry["key"])] = entry
+        return found
 
     def entries(self) -> Iterator[CacheEntry]:
         """Every cached object."""
-        for meta in (self.root / "objects").glob("*/*.json"):
+        for key, info in self._index().items():
+            data = self._data(key)
             try:
-                info = json.loads(meta.read_text())
-                data = meta.with_suffix("")
                 stat = data.stat()
-            except (OSError, ValueError):
+            except OSError:
                 continue
             yield CacheEntry(
-                key=data.name,
-                uri=info["uri"],
+                key=key,
+                uri=str(info["uri"]),
                 size=stat.st_size,
-                version=info["version"],
-                added=info["added"],
+                version=str(info["version"]),
+                added=float(info["added"]),
                 last_used=stat.st_atime,
-                path=data,
+                path=data,  # type: ignore[arg-type]
             )
-
-    def _remove(self, key: str) -> int:
-        data, meta = self._paths(key)
-        size = 0
-        with contextlib.suppress(OSError):
-            size = data.stat().st_size
-        for path in (data, meta):
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-        return size
 
     def prune(
         self, older_than: float | None = None, max_bytes: int | None = None
@@ -121,25 +127,28 @@ class InputCache:
         """Remove entries unused for ``older_than`` seconds, then the least recently used
         until the cache holds at most ``max_bytes``. Returns (entries, bytes) removed."""
         entries = sorted(self.entries(), key=lambda e: e.last_used)
-        removed = freed = 0
         now = time.time()
-        kept: list[CacheEntry] = []
-        for entry in entries:
-            if older_than is not None and now - entry.last_used > older_than:
-                freed += self._remove(entry.key)
-                removed += 1
-            else:
-                kept.append(entry)
+        doomed = [e for e in entries if older_than is not None and now - e.last_used > older_than]
+        kept = [e for e in entries if e not in doomed]
         if max_bytes is not None:
             total = sum(e.size for e in kept)
-            for entry in kept:
+            for entry in list(kept):
                 if total <= max_bytes:
                     break
                 total -= entry.size
-                freed += self._remove(entry.key)
-                removed += 1
+                doomed.append(entry)
+                kept.remove(entry)
+        for entry in doomed:
+            with contextlib.suppress(FileNotFoundError):
+                entry.path.unlink()
+        index = self._index()
+        survivors = "".join(json.dumps(index[e.key]) + "\n" for e in kept if e.key in index)
+        tmp = self.root / f"index.jsonl.{os.getpid()}.tmp"
+        if self.root.exists():
+            tmp.write_text(survivors)
+            os.replace(tmp, self.root / "index.jsonl")
         for leftover in (self.root / "tmp").glob("*"):  # downloads cut short long ago
             with contextlib.suppress(OSError):
                 if now - leftover.stat().st_mtime > 3600:
                     leftover.unlink()
-        return removed, freed
+        return len(doomed), sum(e.size for e in doomed)

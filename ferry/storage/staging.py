@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fsspec.callbacks import Callback
+
 from ferry.errors import FerryError, SpecError
 from ferry.storage.cache import InputCache
 from ferry.storage.locations import Location, parse_uri
@@ -72,6 +74,17 @@ def _list(name: str, loc: Location) -> tuple[dict[str, dict[str, Any]], bool]:
     return {loc.path: info}, True
 
 
+class _FilesDone(Callback):  # type: ignore[misc]
+    """Counts finished files: fsspec advances it once per file it has fetched."""
+
+    def __init__(self, report: Callable[[int], object]) -> None:
+        super().__init__()
+        self._report = report
+
+    def call(self, *args: Any, **kwargs: Any) -> None:
+        self._report(int(self.value))
+
+
 def _link(source: Path, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -108,7 +121,7 @@ def stage_input(
         size = int(info.get("size") or 0)
         version = _version(info)
         key = cache.key(f"{loc.protocol}://{key_path}", size, version)
-        hit = cache.lookup(key)
+        hit = cache.lookup(key, size)
         if hit is not None:
             _link(hit, target)
             cached += size
@@ -119,25 +132,32 @@ def stage_input(
         progress(name, done, total, len(objects) - len(todo), len(objects))
     if todo:
         fs = filesystem(loc.protocol)
-        # fsspec's async stores (S3, GCS, Azure) fetch a list of files concurrently
-        batch = 16  # files per request round: concurrent, yet progress moves often
-        for start in range(0, len(todo), batch):
-            chunk = todo[start : start + batch]
-            try:
-                fs.get([c[0] for c in chunk], [str(c[1]) for c in chunk])
-            except FileNotFoundError as exc:
-                raise FerryError(
-                    f"input {name!r}: {exc} vanished while it was being copied",
-                    "run the job again once the data is in place",
-                ) from None
-            for remote, tmp, key, version, target in chunk:
-                data = cache.insert(key, tmp, f"{loc.protocol}://{remote}", version)
-                _link(data, target)
-                done += data.stat().st_size
-            if progress:
-                progress(
-                    name, done, total, len(objects) - len(todo) + start + len(chunk), len(objects)
+        todo_bytes = total - cached
+        callback = _FilesDone(
+            lambda n: (
+                progress
+                and progress(
+                    name,
+                    cached + todo_bytes * n // len(todo),
+                    total,
+                    len(objects) - len(todo) + n,
+                    len(objects),
                 )
+            )
+        )
+        try:  # one call: fsspec's async stores (S3, GCS, Azure) fetch the files concurrently
+            fs.get([c[0] for c in todo], [str(c[1]) for c in todo], callback=callback)
+        except FileNotFoundError as exc:
+            raise FerryError(
+                f"input {name!r}: {exc} vanished while it was being copied",
+                "run the job again once the data is in place",
+            ) from None
+        for remote, tmp, key, version, target in todo:
+            data = cache.insert(key, tmp, f"{loc.protocol}://{remote}", version)
+            _link(data, target)
+        cache.flush_index()
+        if progress:
+            progress(name, total, total, len(objects), len(objects))
     path = root / Path(next(iter(objects))).name if single else root
     if not single:
         root.mkdir(parents=True, exist_ok=True)  # an empty prefix is an empty folder
