@@ -141,7 +141,7 @@ def _install_signals() -> Control:
 
 
 def _record_crash(job_id: str, exc: Exception) -> None:
-    from ferry.controller import _finish_job
+    from ferry.controller.jobs import _finish_job
     from ferry.errors import TransitionError
     from ferry.procs import kill_descendants
     from ferry.status import AttemptStatus, JobStatus

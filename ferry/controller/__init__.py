@@ -1,0 +1,40 @@
+"""One job's life: submission, admission, attempts, retries, limits, cancel and recovery
+of lost supervisors.
+
+This package is the only writer of a job's status. :func:`submit` stores a job and starts a
+supervisor for it when the backend has room; :func:`supervise` is what that detached
+supervisor runs; :func:`reconcile` (called by every ``ferry`` command) turns a supervisor
+that vanished into a lost attempt; :func:`schedule` admits queued jobs.
+"""
+
+from __future__ import annotations
+
+from ferry.controller.attempts import STAGING_FILE, Control, supervise
+from ferry.controller.jobs import (
+    LAUNCH_FILE,
+    cancel,
+    derive_name,
+    describe_exit,
+    exit_status,
+    jobs_root,
+    reconcile,
+    schedule,
+    submit,
+    supervisor_alive,
+)
+
+__all__ = [
+    "LAUNCH_FILE",
+    "STAGING_FILE",
+    "Control",
+    "cancel",
+    "derive_name",
+    "describe_exit",
+    "exit_status",
+    "jobs_root",
+    "reconcile",
+    "schedule",
+    "submit",
+    "supervise",
+    "supervisor_alive",
+]

@@ -1,0 +1,328 @@
+"""A job's life outside its attempts: submission, admission, cancel, and noticing lost
+supervisors. With :mod:`.attempts`, the only writer of a job's status."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ferry import config, defaults
+from ferry.errors import FerryError, TransitionError, UsageError
+from ferry.procs import environ_of, hostname, is_supervisor, start_time
+from ferry.status import ACTIVE, AttemptStatus, JobStatus
+from ferry.store import Job, Store, open_store
+from ferry.store.base import IdTaken
+
+if TYPE_CHECKING:
+    from ferry.spec import JobSpec
+
+_S = JobStatus
+_SLUG_RE = re.compile(r"[^a-z0-9]+")
+LAUNCH_FILE = "launch.json"  # private (0600): the submitter's environment and secret values
+
+
+# ---------------------------------------------------------------------------------------
+# Submission
+
+
+def derive_name(command: tuple[str, ...] | list[str]) -> str:
+    """A job name from its command: the script's stem (``train.py`` -> ``train``)."""
+    for word in command:
+        stem = Path(word).stem
+        if word.endswith((".py", ".sh", ".ipynb")) and stem:
+            return stem
+    if len(command) >= 3 and command[1] == "-m":
+        return command[2].rpartition(".")[2]
+    return Path(command[0]).name
+
+
+def _slug(name: str) -> str:
+    slug = _SLUG_RE.sub("-", name.lower()).strip("-")[:40].strip("-")
+    return slug or "job"
+
+
+def jobs_root() -> Path:
+    """Where job folders live."""
+    root = config.ferry_home() / "jobs"
+    root.mkdir(mode=0o700, exist_ok=True)
+    return root
+
+
+def submit(
+    spec: JobSpec, *, store: Store | None = None, environ: dict[str, str] | None = None
+) -> Job:
+    """Store a job, snapshot its code, and start it when its backend has room.
+
+    Args:
+        spec: the validated job spec.
+        store: the job store (default: the one under FERRY_HOME).
+        environ: the environment the job starts from (default: this process's). Secret
+            values are read from it now and kept only in the job's private folder.
+
+    Returns:
+        The stored job (QUEUED, or STARTING if it was admitted at once).
+    """
+    from ferry.backends.registry import get_backend
+
+    store = store or open_store()
+    environ = dict(os.environ if environ is None else environ)
+    if not spec.command:
+        raise UsageError(
+            "the job has no command",
+            "give one after --, e.g. ferry run -- python train.py, or set command: in the spec",
+        )
+    backend_name = spec.backend or str(config.get("backend"))
+    backend = get_backend(backend_name)
+    backend.check(spec)
+    if spec.inputs or (spec.outputs and "://" in spec.outputs):
+        from ferry.storage.staging import check_locations
+
+        check_locations({n: i.uri for n, i in spec.inputs.items()}, spec.outputs)
+    missing = [name for name in spec.secrets if name not in environ]
+    if missing:
+        raise UsageError(
+            f"secret {missing[0]} is not set in this environment",
+            f"export {missing[0]}=... before submitting, or remove it from secrets",
+        )
+    name = spec.name or derive_name(spec.command)
+    spec = spec.with_defaults(name=name, backend=backend_name).with_absolute_paths(Path.cwd())
+    reconcile(store, admit=False)  # admission follows below, with this job in the queue
+
+    root = jobs_root()
+    staging = root / f".incoming-{os.urandom(6).hex()}"
+    staging.mkdir(mode=0o700)
+    try:
+        from ferry.packaging.snapshot import snapshot_code
+
+        max_size = int(config.get("snapshot.max_size"))
+        snapshot_code(spec.code, staging / "code", max_size, skip=(config.ferry_home(),))
+        launch = {"env": {**environ, **spec.env, **{k: environ[k] for k in spec.secrets}}}
+        launch_path = staging / LAUNCH_FILE
+        fd = os.open(launch_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as file:
+            json.dump(launch, file)
+        if spec.paths == "auto":  # decided once, on the code as submitted
+            from ferry.contract.container_paths import mentions_container_paths
+
+            paths = "container" if mentions_container_paths(staging / "code") else "host"
+            spec = spec.model_copy(update={"paths": paths})
+            backend.check(spec)
+        job = _store_job(store, spec, name, backend_name, staging, root)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    schedule(store, backend_name)
+    return store.get_job(job.id)
+
+
+def _store_job(
+    store: Store, spec: JobSpec, name: str, backend: str, staging: Path, root: Path
+) -> Job:
+    """Give the prepared job folder a fresh id and store the job under it."""
+    outputs_template = spec.outputs or f"{config.default_outputs_root()}/{{job_id}}"
+    for tries in range(100):
+        job_id = f"{_slug(name)}-{os.urandom(2 if tries < 20 else 4).hex()}"
+        job_dir = root / job_id
+        try:
+            staging.rename(job_dir)  # fails if the folder exists: the id is taken
+        except OSError:
+            continue
+        outputs = outputs_template.replace("{job_id}", job_id)
+        if "://" not in outputs:
+            outputs = str(Path(outputs).expanduser().absolute())
+        try:
+            return store.create_job(
+                job_id=job_id,
+                name=name,
+                backend=backend,
+                spec=spec.to_json(),
+                job_dir=str(job_dir),
+                outputs=outputs,
+            )
+        except IdTaken:
+            job_dir.rename(staging)
+    raise FerryError("could not find a free job id", "try again")
+
+
+# ---------------------------------------------------------------------------------------
+# Admission
+
+
+def schedule(store: Store, backend_name: str = "local", *, adopt: bool = False) -> list[Job]:
+    """Admit the queued jobs that fit now and start a supervisor for each.
+
+    With ``adopt`` (a supervisor whose job just ended), the first admitted job is left for
+    the caller to supervise itself, which saves starting a process per job.
+    """
+    from ferry.backends.registry import get_backend
+
+    backend = get_backend(backend_name)
+    admitted = store.admit(backend.admit, backend_name)
+    for job in admitted[1:] if adopt else admitted:
+        try:
+            from ferry.supervisor import spawn_supervisor
+
+            spawn_supervisor(job)
+        except OSError as exc:
+            _finish_job(store, job.id, _S.FAILED, f"could not start its supervisor: {exc}")
+    return admitted
+
+
+# ---------------------------------------------------------------------------------------
+# Cancel
+
+
+def cancel(store: Store, job: Job) -> Job:
+    """Ask a job to stop: a queued job is cancelled at once, a running one is stopped by its
+    supervisor (SIGTERM, grace, SIGKILL)."""
+    if job.status.is_terminal() or job.status is _S.CANCELLING:
+        return job
+    if job.status is _S.QUEUED:
+        try:
+            job = _finish_job(store, job.id, _S.CANCELLED, "cancelled while queued", {_S.QUEUED})
+            schedule(store, job.backend)  # it may have held back jobs queued behind it
+            return job
+        except TransitionError:
+            job = store.get_job(job.id)  # admitted meanwhile: stop it like a running one
+    try:
+        job = store.transition(
+            job.id, _S.CANCELLING, expected=ACTIVE - {_S.CANCELLING}, reason="cancel requested"
+        )
+    except TransitionError:
+        return store.get_job(job.id)
+    if job.supervisor_pid and job.supervisor_host == hostname() and supervisor_alive(job):
+        try:  # (checked first: a reused pid would be killed by SIGUSR1)
+            os.kill(job.supervisor_pid, signal.SIGUSR1)  # wake it now rather than at its next poll
+        except (ProcessLookupError, PermissionError):
+            pass
+    return job
+
+
+def _finish_job(
+    store: Store,
+    job_id: str,
+    status: JobStatus,
+    reason: str,
+    expected: frozenset[JobStatus] | set[JobStatus] | None = None,
+    **fields: Any,
+) -> Job:
+    job = store.transition(
+        job_id,
+        status,
+        expected=expected or (ACTIVE | {_S.QUEUED}),
+        reason=reason,
+        ended_at=time.time(),
+        **fields,
+    )
+    launch = Path(job.job_dir) / LAUNCH_FILE
+    launch.unlink(missing_ok=True)
+    return job
+
+
+# ---------------------------------------------------------------------------------------
+# Lost supervisors
+
+
+def supervisor_alive(job: Job) -> bool:
+    """Whether the job's supervisor still runs (heartbeat TTL for other hosts)."""
+    now = time.time()
+    if job.supervisor_pid is None:
+        # Admitted, but its supervisor never registered: the admitting process died.
+        return now - job.updated_at < defaults.START_TIMEOUT
+    if job.supervisor_host == hostname():
+        started = start_time(job.supervisor_pid)
+        return started is not None and abs(started - (job.supervisor_started or started)) < 1.0
+    beat = job.heartbeat_at or job.updated_at
+    return now - beat < defaults.HEARTBEAT_INTERVAL + defaults.HEARTBEAT_GRACE
+
+
+def _kill_orphans(job: Job, pgid: str | None) -> None:
+    """Kill what is left of a lost job: its attempt's process group, and every process of
+    this user that carries the job's FERRY_JOB_ID (those that left the group)."""
+    marker = f"FERRY_JOB_ID={job.id}".encode()
+    if pgid and pgid.isdigit():
+        # The group id is the main process's pid. While any member lives, Linux does not
+        # reuse it; if a live process has that pid, it must be the job's own to be killed.
+        leader_alive = start_time(int(pgid)) is not None
+        if not leader_alive or marker in environ_of(int(pgid)):
+            try:
+                os.killpg(int(pgid), signal.SIGKILL)
+            except OSError:
+                pass
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me or is_supervisor(int(entry)):
+            continue
+        if marker in environ_of(int(entry)):
+            try:
+                os.kill(int(entry), signal.SIGKILL)
+            except OSError:
+                continue
+
+
+def reconcile(store: Store, admit: bool = True) -> list[Job]:
+    """Turn jobs whose supervisor vanished (kill -9, reboot) into lost attempts, then (with
+    ``admit``) start queued jobs that fit: room may have been freed by a lost job, a cancel,
+    or a change of config. Returns the jobs found lost."""
+    lost: list[Job] = []
+    for job in store.list_jobs(ACTIVE):
+        if job.backend != "local" or supervisor_alive(job):
+            continue
+        attempts = store.attempts(job.id)
+        last = attempts[-1] if attempts else None
+        _kill_orphans(job, last.handle if last else None)
+        if last and not last.status.is_terminal():
+            store.update_attempt(
+                job.id,
+                last.number,
+                status=AttemptStatus.LOST,
+                ended_at=time.time(),
+                reason="supervisor lost",
+            )
+        try:
+            reason = "supervisor lost (it stopped without recording how the job ended)"
+            if job.status is _S.CANCELLING:
+                lost.append(_finish_job(store, job.id, _S.CANCELLED, "cancelled; " + reason))
+            else:
+                lost.append(_finish_job(store, job.id, _S.FAILED, reason))
+        except TransitionError:
+            continue  # its supervisor finished it meanwhile
+    if admit:
+        waiting = store.list_jobs([_S.QUEUED], limit=1)
+        for backend in sorted({job.backend for job in [*lost, *waiting]}):
+            schedule(store, backend)
+    return lost
+
+
+# ---------------------------------------------------------------------------------------
+# The supervisor's work
+
+
+def describe_exit(code: int) -> str:
+    """``'exit code 3'`` or ``'killed by SIGKILL'``."""
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"killed by {name}"
+    return f"exit code {code}"
+
+
+def exit_status(job: Job) -> int:
+    """The exit code a shell should see for a finished job (``ferry run``, ``ferry wait``)."""
+    if job.status is _S.SUCCEEDED:
+        return 0
+    if job.status is _S.CANCELLED:
+        return 130
+    if job.reason and job.reason.startswith("max_runtime"):
+        return 124
+    if job.exit_code is not None and job.exit_code != 0:
+        return job.exit_code if job.exit_code > 0 else 128 - job.exit_code
+    return 1
