@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ferry import config, defaults
 from ferry.contract.env import env_key
+from ferry.controller.jobs import _S, LAUNCH_FILE, _finish_job, describe_exit
 from ferry.errors import FerryError, TransitionError
 from ferry.procs import hostname, start_time
 from ferry.status import AttemptStatus, JobStatus
@@ -24,8 +25,6 @@ if TYPE_CHECKING:
     from ferry.backends.local import LocalAttempt
     from ferry.contract.env import JobDirs
     from ferry.storage.outputs import OutputSync
-
-from ferry.controller.jobs import _S, LAUNCH_FILE, _finish_job, describe_exit
 
 
 @dataclass

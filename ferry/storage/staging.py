@@ -7,10 +7,11 @@ Local paths are given to the job as they are, ``stream`` inputs as their URI.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,21 +53,25 @@ def _version(info: dict[str, Any]) -> str:
     return ""
 
 
-def _list(name: str, loc: Location) -> tuple[dict[str, dict[str, Any]], bool]:
-    """The objects under ``loc`` (key -> info) and whether ``loc`` is a single object."""
-    fs = filesystem(loc.protocol)
+@contextlib.contextmanager
+def _reading(name: str, loc: Location) -> Iterator[None]:
+    """Turn a missing or forbidden input into one sentence with the fix."""
     try:
-        info = fs.info(loc.path)
+        yield
     except FileNotFoundError:
         raise SpecError(
             f"input {name!r}: {loc.uri} does not exist",
             "check the bucket and the path, and that your credentials can read it",
         ) from None
     except PermissionError:
-        raise FerryError(
-            f"input {name!r}: no permission to read {loc.uri}",
-            _CREDENTIALS,
-        ) from None
+        raise FerryError(f"input {name!r}: no permission to read {loc.uri}", _CREDENTIALS) from None
+
+
+def _list(name: str, loc: Location) -> tuple[dict[str, dict[str, Any]], bool]:
+    """The objects under ``loc`` (key -> info) and whether ``loc`` is a single object."""
+    fs = filesystem(loc.protocol)
+    with _reading(name, loc):
+        info = fs.info(loc.path)
     if info.get("type") == "directory":
         found = fs.find(loc.path, detail=True)
         objects = {k: v for k, v in found.items() if v.get("type", "file") == "file"}
@@ -206,16 +211,6 @@ def check_locations(inputs: dict[str, str], outputs: str | None) -> None:
 
 def _list_head(name: str, loc: Location) -> None:
     fs = filesystem(loc.protocol)
-    try:
+    with _reading(name, loc):
         if not fs.exists(loc.path):
             raise FileNotFoundError(loc.path)
-    except FileNotFoundError:
-        raise SpecError(
-            f"input {name!r}: {loc.uri} does not exist",
-            "check the bucket and the path, and that your credentials can read it",
-        ) from None
-    except PermissionError:
-        raise FerryError(
-            f"input {name!r}: no permission to read {loc.uri}",
-            _CREDENTIALS,
-        ) from None
