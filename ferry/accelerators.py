@@ -7,7 +7,6 @@ the count (``tpu-v5e-8`` is 8 chips).
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass
 
@@ -111,6 +110,8 @@ def canonical_name(name: str) -> str:
         return ALIASES[key]
     if not key.startswith("tpu-") and f"tpu-{key}" in _BY_LOWER:
         return _BY_LOWER[f"tpu-{key}"]
+    import difflib
+
     known = [*GPUS, *TPUS]
     close = difflib.get_close_matches(name.strip().upper(), [k.upper() for k in known], n=3)
     names = [n for k in close for n in known if n.upper() == k]

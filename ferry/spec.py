@@ -8,7 +8,6 @@ a backend that cannot honour a field refuses the job itself (nothing is silently
 
 from __future__ import annotations
 
-import difflib
 import re
 import shlex
 import typing
@@ -263,6 +262,8 @@ class JobSpec(_Model):
         from ferry.backends.registry import known_backends
 
         if value not in known_backends():
+            import difflib
+
             close = difflib.get_close_matches(value, known_backends(), n=1)
             hint = f"did you mean {close[0]}?" if close else ""
             raise ValueError(
@@ -324,6 +325,8 @@ def _describe(error: Any, source: str) -> str:
     field = ".".join(str(p) for p in loc) or "spec"
     kind = error["type"]
     if kind == "extra_forbidden":
+        import difflib
+
         known = _fields_of(JobSpec, loc[:-1])
         close = difflib.get_close_matches(str(loc[-1]), known, n=1)
         hint = f"did you mean {close[0]}?" if close else f"known fields: {', '.join(known)}"

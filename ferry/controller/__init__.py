@@ -9,7 +9,8 @@ that vanished into a lost attempt; :func:`schedule` admits queued jobs.
 
 from __future__ import annotations
 
-from ferry.controller.attempts import STAGING_FILE, Control, supervise
+from typing import TYPE_CHECKING, Any
+
 from ferry.controller.jobs import (
     LAUNCH_FILE,
     cancel,
@@ -22,6 +23,19 @@ from ferry.controller.jobs import (
     submit,
     supervisor_alive,
 )
+
+if TYPE_CHECKING:
+    from ferry.controller.attempts import STAGING_FILE, Control, supervise
+
+
+def __getattr__(name: str) -> Any:
+    # the attempts half is the supervisor's: submitting and listing never load it
+    if name in ("STAGING_FILE", "Control", "supervise"):
+        from ferry.controller import attempts
+
+        return getattr(attempts, name)
+    raise AttributeError(f"module 'ferry.controller' has no attribute {name!r}")
+
 
 __all__ = [
     "LAUNCH_FILE",
