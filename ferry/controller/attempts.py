@@ -184,6 +184,7 @@ def supervise(job_id: str, control: Control, store: Store | None = None) -> None
                 _abandon(store, job_id, attempt.number, running)
                 return
         outcome, code = _watch(store, job, running, control, grace, max_runtime, sync)
+        _note_hypertune(store, job_id, Path(env["CLOUD_ML_HP_METRIC_FILE"]))
         if outcome == "abandoned":
             _abandon(store, job_id, attempt.number, running)
             return
@@ -274,6 +275,33 @@ def _in_container_paths(
     return cp.wrap(
         argv, str(Path(job.job_dir) / "code"), Path(job.job_dir) / "root", binds, local_inputs
     )
+
+
+def _note_hypertune(store: Store, job_id: str, path: Path) -> None:
+    """Record the last metrics the script reported through cloudml-hypertune (a JSON
+    object per line: the metric, its value, ``global_step``, ``timestamp``)."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return
+    for line in reversed(lines):
+        try:
+            report = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(report, dict):
+            continue
+        step = report.get("global_step")
+        metrics = {
+            k: v
+            for k, v in report.items()
+            if k not in ("timestamp", "global_step", "trial", "checkpoint_path")
+        }
+        if metrics:
+            shown = ", ".join(f"{k}={v}" for k, v in sorted(metrics.items()))
+            at = f" at step {step}" if step not in (None, "") else ""
+            store.add_event(job_id, f"metrics reported through cloudml-hypertune: {shown}{at}")
+        return
 
 
 def _abandon(store: Store, job_id: str, number: int, running: LocalAttempt) -> None:

@@ -150,3 +150,19 @@ def test_local_inputs_are_read_only_in_container_paths(
     assert result.returncode == 0, result.stderr
     assert result.stdout == "refused 30\n"  # EROFS
     assert (data / "x.txt").read_text() == "original"
+
+
+def test_metrics_reported_through_cloudml_hypertune_are_picked_up(
+    home: Path, project: Path
+) -> None:
+    (project / "tune.py").write_text(
+        "import hypertune\n"
+        "h = hypertune.HyperTune()\n"
+        "for step in (1, 2, 3):\n"
+        "    h.report_hyperparameter_tuning_metric(hyperparameter_metric_tag='accuracy', metric_value=0.5 + step / 10, global_step=step)\n"
+    )
+    (project / "job.yaml").write_text("command: python tune.py\ncontract: vertex\n")
+    result = ferry("run", "job.yaml", cwd=project)
+    assert result.returncode == 0, result.stderr
+    events = [e["message"] for e in job_status(ferry_json("jobs")[0]["id"])["events"]]
+    assert "metrics reported through cloudml-hypertune: accuracy=0.8 at step 3" in events
