@@ -6,6 +6,7 @@ Import this module before ``ferry``: :func:`sandbox` sets ``FERRY_HOME`` for the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -184,10 +185,8 @@ def stop_leftovers() -> None:
         pid = _live_supervisor(job)
         if pid:
             log(f"killing the supervisor of {job.id} (pid {pid})")
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
 
 
 def outcomes(records: Iterable[Any]) -> dict[str, int]:

@@ -42,8 +42,8 @@ def memory_mb(pid: int) -> dict[str, float | None]:
                 key, _, rest = line.partition(":")
                 if key in ("Pss", "Private_Clean", "Private_Dirty"):
                     kb[key] = int(rest.split()[0])
-    except OSError:
-        pass
+    except OSError:  # no smaps_rollup on this kernel: RSS alone is reported
+        kb.clear()
     uss = kb.get("Private_Clean", 0) + kb.get("Private_Dirty", 0) if "Pss" in kb else None
     return {
         "rss_mb": kb["rss"] / 1024,

@@ -33,8 +33,8 @@ def start_time(pid: int) -> float | None:
         return _boot_time() + int(fields[19]) / os.sysconf("SC_CLK_TCK")
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, IndexError):
-        pass
+    except (OSError, ValueError, IndexError):  # no /proc here: ask psutil below
+        ...
     try:
         import psutil
 
@@ -54,8 +54,8 @@ def children(pid: int) -> list[int]:
             with open(f"/proc/{pid}/task/{task}/children", "rb") as file:
                 found += [int(c) for c in file.read().split()]
         return found
-    except OSError:
-        pass
+    except OSError:  # no /proc children files (an older kernel): ask psutil below
+        ...
     try:
         import psutil
 
@@ -107,7 +107,7 @@ def reap_children() -> None:
     """Collect every child that has exited (zombies still count as members of their group)."""
     with contextlib.suppress(ChildProcessError):
         while os.waitpid(-1, os.WNOHANG)[0]:
-            pass
+            continue
 
 
 def hostname() -> str:

@@ -7,6 +7,7 @@ GPU scheduling testable on a machine without GPUs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 
@@ -98,10 +99,8 @@ def _read_inventory() -> Inventory:
     if gpu_type:
         from ferry.accelerators import canonical_name
 
-        try:
+        with contextlib.suppress(ValueError):  # a name we do not know is kept as given
             gpu_type = canonical_name(gpu_type)
-        except ValueError:
-            pass
     return Inventory(
         cpus=float(cpus),
         memory=int(memory),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import time
 from typing import Any
@@ -101,14 +102,11 @@ def jobs(args: argparse.Namespace) -> int:
 
     from ferry.controller import reconcile
 
-    with Live(
-        table(store.list_jobs(statuses, args.limit)), console=console, auto_refresh=False
-    ) as live:
-        try:
-            while True:
-                time.sleep(1.0)
-                reconcile(store)
-                live.update(table(store.list_jobs(statuses, args.limit)), refresh=True)
-        except KeyboardInterrupt:
-            pass
+    first = table(store.list_jobs(statuses, args.limit))
+    live = Live(first, console=console, auto_refresh=False)
+    with live, contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends the view
+        while True:
+            time.sleep(1.0)
+            reconcile(store)
+            live.update(table(store.list_jobs(statuses, args.limit)), refresh=True)
     return 0

@@ -308,7 +308,7 @@ def _abandon(store: Store, job_id: str, number: int, running: LocalAttempt) -> N
     """The job was finished by someone else (declared lost): stop its attempt, record why."""
     running.kill()
     while running.wait(1.0) is None:
-        pass
+        continue
     store.update_attempt(
         job_id,
         number,

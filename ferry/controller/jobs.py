@@ -3,6 +3,7 @@ supervisors. With :mod:`.attempts`, the only writer of a job's status."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -197,10 +198,9 @@ def cancel(store: Store, job: Job) -> Job:
     except TransitionError:
         return store.get_job(job.id)
     if job.supervisor_pid and job.supervisor_host == hostname() and supervisor_alive(job):
-        try:  # (checked first: a reused pid would be killed by SIGUSR1)
-            os.kill(job.supervisor_pid, signal.SIGUSR1)  # wake it now rather than at its next poll
-        except (ProcessLookupError, PermissionError):
-            pass
+        # (alive was checked first: a reused pid would be killed by SIGUSR1)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(job.supervisor_pid, signal.SIGUSR1)  # wake it now, not at its next poll
     return job
 
 
@@ -251,10 +251,8 @@ def _kill_orphans(job: Job, pgid: str | None) -> None:
         # reuse it; if a live process has that pid, it must be the job's own to be killed.
         leader_alive = start_time(int(pgid)) is not None
         if not leader_alive or marker in environ_of(int(pgid)):
-            try:
+            with contextlib.suppress(OSError):
                 os.killpg(int(pgid), signal.SIGKILL)
-            except OSError:
-                pass
     me = os.getpid()
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == me or is_supervisor(int(entry)):

@@ -7,6 +7,7 @@ Writes run in ``BEGIN IMMEDIATE`` transactions with a busy timeout, so many conc
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -541,7 +542,5 @@ class SQLiteStore(Store):
     def __del__(self) -> None:
         # A connection sits in a reference cycle with its statement cache, so without this
         # it would stay open (and be inherited by a fork) until the garbage collector runs.
-        try:
+        with contextlib.suppress(Exception):  # interpreter shutdown may have torn sqlite3 down
             self.release()
-        except Exception:
-            pass

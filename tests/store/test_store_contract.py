@@ -3,6 +3,7 @@ SQLite store's own promises: WAL, private files, versioned schema, many writers.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import sqlite3
@@ -142,11 +143,9 @@ class TestStoreContract:
 def _race(path: str, job_ids: list[str], wins: multiprocessing.Queue[str]) -> None:
     store = SQLiteStore(path)
     for job_id in job_ids:
-        try:
+        with contextlib.suppress(TransitionError):  # another process moved it first
             store.transition(job_id, S.STARTING, expected={S.QUEUED})
             wins.put(job_id)
-        except TransitionError:
-            pass
 
 
 def test_concurrent_guarded_transitions_have_one_winner(tmp_path: Path) -> None:
@@ -276,11 +275,9 @@ def test_full_disk_gives_a_clear_error_and_loses_nothing(
     filler = tiny_disk / "filler"
     fd = os.open(filler, os.O_WRONLY | os.O_CREAT)  # fill the disk to the last byte
     for chunk in (65536, 1):
-        try:
+        with contextlib.suppress(OSError):  # until the disk is full
             while True:
                 os.write(fd, b"\0" * chunk)
-        except OSError:
-            pass
     os.close(fd)
     result = ferry("run", "--name", "after", "--", "true", cwd=project)
     line = assert_one_line_error(result, 1)
