@@ -31,6 +31,7 @@ COMMANDS = {
     "logs": "logs",
     "cancel": "control",
     "wait": "control",
+    "metrics": "metrics_cmd",
     "outputs": "outputs_cmd",
     "cache": "cache_cmd",
     "config": "config_cmd",

@@ -18,6 +18,7 @@ from ferry.contract.env import env_key
 from ferry.controller.jobs import _S, LAUNCH_FILE, _finish_job, describe_exit
 from ferry.errors import FerryError, TransitionError
 from ferry.procs import hostname, start_time
+from ferry.runtime.ingest import MetricsReader
 from ferry.status import AttemptStatus, JobStatus
 from ferry.store import Job, Store, open_store
 
@@ -138,6 +139,9 @@ def supervise(job_id: str, control: Control, store: Store | None = None) -> None
                 bucket_root=_bucket_root(job.outputs),
             ),
         }
+        metrics_file = Path(job.job_dir) / f"metrics-{attempt.number}.jsonl"
+        env["FERRY_METRICS_FILE"] = str(metrics_file)
+        reader = MetricsReader(store, job_id, attempt.number, metrics_file)
         argv = _command_argv(spec)
         container = spec.get("paths") == "container"
         if contract == "sagemaker" or container:
@@ -183,7 +187,8 @@ def supervise(job_id: str, control: Control, store: Store | None = None) -> None
             if job.status.is_terminal():  # or finished elsewhere (declared lost): stop now
                 _abandon(store, job_id, attempt.number, running)
                 return
-        outcome, code = _watch(store, job, running, control, grace, max_runtime, sync)
+        outcome, code = _watch(store, job, running, control, grace, max_runtime, sync, reader)
+        reader.read()  # what the script reported last
         _note_hypertune(store, job_id, Path(env["CLOUD_ML_HP_METRIC_FILE"]))
         if outcome == "abandoned":
             _abandon(store, job_id, attempt.number, running)
@@ -453,6 +458,7 @@ def _watch(
     grace: float,
     max_runtime: float | None,
     sync: OutputSync,
+    reader: MetricsReader,
 ) -> tuple[str, int]:
     """Wait for the attempt, heartbeating, and stop it on cancel, timeout or SIGTERM."""
     deadline = (job.started_at or time.time()) + max_runtime if max_runtime else None
@@ -480,6 +486,7 @@ def _watch(
         if mono - last_beat >= defaults.HEARTBEAT_INTERVAL:
             store.update_job(job.id, heartbeat_at=time.time())
             last_beat = mono
+            reader.read()  # metrics reach the store every heartbeat while the job runs
         if stopping is None:
             if control.terminated:
                 stopping = "stopped"

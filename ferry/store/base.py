@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ferry.status import JobStatus
-from ferry.store.records import Allocation, Attempt, Event, Job
+from ferry.store.records import Allocation, Attempt, Event, Job, MetricSummary
 
 # Decides admissions: given the queued jobs (oldest first) and the active ones, returns the
 # (job id, allocation) pairs to move from QUEUED to STARTING.
@@ -107,6 +107,16 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def events(self, job_id: str) -> list[Event]:
         """A job's events, oldest first."""
+
+    @abc.abstractmethod
+    def add_metrics(
+        self, job_id: str, attempt: int, points: list[tuple[int, int | None, float, str, float]]
+    ) -> None:
+        """Store metric points: (rank, step, time, name, value)."""
+
+    @abc.abstractmethod
+    def metric_summaries(self, job_id: str) -> list[MetricSummary]:
+        """Per metric of a job: count, last value (latest time), minimum and maximum."""
 
     def close(self) -> None:  # noqa: B027 - optional for stores without resources
         """Release connections."""

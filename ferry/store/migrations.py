@@ -57,6 +57,19 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX events_job ON events (job_id, id);
     """,
+    # 2: metrics reported by jobs (one row a value; ~40 bytes each, a million fine)
+    """
+    CREATE TABLE metrics (
+        job_id TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        rank INTEGER NOT NULL,
+        step INTEGER,
+        t REAL NOT NULL,
+        name TEXT NOT NULL,
+        value REAL
+    );
+    CREATE INDEX metrics_job_name ON metrics (job_id, name, t);
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -84,3 +84,16 @@ class Event:
     message: str
     old_status: JobStatus | None = None
     new_status: JobStatus | None = None
+
+
+@dataclass(frozen=True)
+class MetricSummary:
+    """One metric of a job: how many points, the last value and the extremes."""
+
+    name: str
+    points: int
+    last: float | None
+    last_step: int | None
+    last_at: float
+    minimum: float | None
+    maximum: float | None

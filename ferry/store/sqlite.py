@@ -23,7 +23,7 @@ from ferry.errors import JobNotFound, StoreError, TransitionError
 from ferry.status import AttemptStatus, JobStatus
 from ferry.store.base import AdmitFn, IdTaken, Store
 from ferry.store.migrations import MIGRATIONS, SCHEMA_VERSION
-from ferry.store.records import Allocation, Attempt, Event, Job
+from ferry.store.records import Allocation, Attempt, Event, Job, MetricSummary
 
 _JOB_COLUMNS = (
     "id, name, seq, status, backend, spec, job_dir, outputs, created_at, updated_at, "
@@ -535,6 +535,35 @@ class SQLiteStore(Store):
             )
             for r in rows
         ]
+
+    def add_metrics(
+        self, job_id: str, attempt: int, points: list[tuple[int, int | None, float, str, float]]
+    ) -> None:
+        if not points:
+            return
+        with self._write() as db:
+            db.executemany(
+                "INSERT INTO metrics (job_id, attempt, rank, step, t, name, value)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(job_id, attempt, *p) for p in points],
+            )
+
+    def metric_summaries(self, job_id: str) -> list[MetricSummary]:
+        # NaN is stored as NULL by SQLite: counted, but never a minimum or maximum
+        rows = self._read(
+            "SELECT name, COUNT(*), MIN(value), MAX(value), MAX(t) FROM metrics"
+            " WHERE job_id = ? GROUP BY name ORDER BY name",
+            (job_id,),
+        )
+        summaries = []
+        for name, count, low, high, last_t in rows:
+            last = self._read(
+                "SELECT value, step FROM metrics WHERE job_id = ? AND name = ? AND t = ?"
+                " ORDER BY rowid DESC LIMIT 1",
+                (job_id, name, last_t),
+            )[0]
+            summaries.append(MetricSummary(name, count, last[0], last[1], last_t, low, high))
+        return summaries
 
     def close(self) -> None:
         self.release()

@@ -1,0 +1,57 @@
+"""The supervisor's side of ``report()``: read what the script wrote to its metrics file
+since the last read, and store it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ferry.store import Store
+
+# At most this much of the file is read per pass, so a flood of reports never stalls the
+# supervisor's loop.
+CHUNK = 4 << 20
+
+
+class MetricsReader:
+    """Follows one attempt's metrics file."""
+
+    def __init__(self, store: Store, job_id: str, attempt: int, path: Path) -> None:
+        self.store = store
+        self.job_id = job_id
+        self.attempt = attempt
+        self.path = path
+        self.offset = 0
+        self.points = 0
+
+    def read(self) -> int:
+        """Store the complete lines written since the last call; returns the points stored."""
+        stored = 0
+        while True:
+            try:
+                with open(self.path, "rb") as file:
+                    file.seek(self.offset)
+                    data = file.read(CHUNK)
+            except FileNotFoundError:
+                return stored
+            end = data.rfind(b"\n")
+            if end < 0:
+                return stored
+            points: list[tuple[int, int | None, float, str, float]] = []
+            for line in data[:end].split(b"\n"):
+                try:
+                    record = json.loads(line)
+                    rank, step, t = (
+                        int(record.get("rank", 0)),
+                        record.get("step"),
+                        float(record["t"]),
+                    )
+                    points += [(rank, step, t, str(k), float(v)) for k, v in record["m"].items()]
+                except (ValueError, KeyError, TypeError, AttributeError):
+                    continue  # a line the script mangled: skip it, keep the rest
+            self.store.add_metrics(self.job_id, self.attempt, points)
+            self.offset += end + 1
+            stored += len(points)
+            self.points += len(points)
+            if len(data) < CHUNK:
+                return stored

@@ -1,0 +1,68 @@
+"""runtime.report(): cheap in the training loop, safe from threads, stored for `ferry metrics`."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ferry, ferry_json
+
+pytestmark = pytest.mark.slow
+
+
+def test_report_outside_ferry_is_a_no_op(tmp_path: Path) -> None:
+    code = "from ferry import runtime\nfor i in range(1000): runtime.report(step=i, loss=1/(i+1))\nprint('ok')\n"
+    env = {"PATH": "/usr/bin:/bin"}
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env
+    )
+    assert result.stdout == "ok\n" and list(tmp_path.iterdir()) == []
+
+
+def test_report_writes_every_point_from_many_threads(tmp_path: Path) -> None:
+    path = tmp_path / "m.jsonl"
+    code = textwrap.dedent("""
+        import threading
+        from ferry import runtime
+        def work(k):
+            for i in range(2000):
+                runtime.report(step=i, **{f"t{k}": i * 0.5})
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        runtime.report(step=1, weird=float("nan"), text="not a number")
+    """)
+    env = {"PATH": "/usr/bin:/bin", "FERRY_METRICS_FILE": str(path), "RANK": "3"}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(records) == 8001  # written at exit: nothing lost
+    assert {r["rank"] for r in records} == {3}
+    for k in range(4):
+        values = [r["m"][f"t{k}"] for r in records if f"t{k}" in r["m"]]
+        assert values == [i * 0.5 for i in range(2000)]
+    last = records[-1]
+    assert math.isnan(last["m"]["weird"]) and "text" not in last["m"]
+
+
+def test_metrics_of_a_job(home: Path, project: Path) -> None:
+    (project / "train.py").write_text(
+        "from ferry import runtime\n"
+        "for step in range(1, 101):\n"
+        "    runtime.report(step=step, loss=1.0 / step, acc=step / 100)\n"
+    )
+    assert ferry("run", "--", "python", "train.py", cwd=project).returncode == 0
+    job_id = ferry_json("jobs")[0]["id"]
+    summary = {m["name"]: m for m in ferry_json("metrics", job_id)}
+    assert summary["loss"]["points"] == 100 and summary["loss"]["last"] == pytest.approx(0.01)
+    assert summary["loss"]["minimum"] == pytest.approx(0.01) and summary["loss"]["maximum"] == 1.0
+    assert summary["acc"]["last"] == 1.0 and summary["acc"]["last_step"] == 100
+    text = ferry("metrics", job_id).stdout
+    assert "loss" in text and "acc" in text and "100" in text
+    rows = ferry("metrics", job_id, "--csv").stdout.splitlines()
+    assert rows[0] == "name,points,last,last_step,minimum,maximum" and len(rows) == 3
