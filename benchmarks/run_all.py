@@ -23,6 +23,7 @@ ORDER = [
     "bench_throughput",
     "bench_supervisor_rss",
     "bench_staging",
+    "bench_metrics",
 ]
 TIMEOUT_S = 240
 
