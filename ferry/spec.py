@@ -147,6 +147,8 @@ class JobSpec(_Model):
     retries: Retries = Retries()
     checkpoint: Checkpoint = Checkpoint()
     backend: str | None = None
+    # metrics to read from what the script prints: name -> regex with one group (the value)
+    metrics: dict[str, str] = {}
     # files the script writes in its working folder that belong in the outputs too
     collect: tuple[str, ...] = ()
     # how the script expects to be called: Ferry's variables (all aliases set), or as on
@@ -252,6 +254,22 @@ class JobSpec(_Model):
                 raise ValueError(
                     "hyperparameter values must be numbers, text, booleans, lists or maps"
                 ) from None
+        return value
+
+    @field_validator("metrics")
+    @classmethod
+    def _metric_patterns(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, pattern in value.items():
+            try:
+                groups = re.compile(pattern).groups
+            except re.error as exc:
+                raise ValueError(
+                    f"{name}: {pattern!r} is not a regular expression: {exc}"
+                ) from None
+            if groups < 1:
+                raise ValueError(
+                    f"{name}: {pattern!r} needs a group around the value, e.g. 'loss: ([0-9.e-]+)'"
+                )
         return value
 
     @field_validator("backend")

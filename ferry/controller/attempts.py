@@ -19,6 +19,7 @@ from ferry.controller.jobs import _S, LAUNCH_FILE, _finish_job, describe_exit
 from ferry.errors import FerryError, TransitionError
 from ferry.procs import hostname, start_time
 from ferry.runtime.ingest import MetricsReader
+from ferry.runtime.printed import PrintedMetricsReader
 from ferry.status import AttemptStatus, JobStatus
 from ferry.store import Job, Store, open_store
 
@@ -142,6 +143,9 @@ def supervise(job_id: str, control: Control, store: Store | None = None) -> None
         metrics_file = Path(job.job_dir) / f"metrics-{attempt.number}.jsonl"
         env["FERRY_METRICS_FILE"] = str(metrics_file)
         reader = MetricsReader(store, job_id, attempt.number, metrics_file)
+        printed = PrintedMetricsReader(
+            store, job_id, attempt.number, Path(attempt.log_path), spec.get("metrics") or {}
+        )
         argv = _command_argv(spec)
         container = spec.get("paths") == "container"
         if contract == "sagemaker" or container:
@@ -187,8 +191,11 @@ def supervise(job_id: str, control: Control, store: Store | None = None) -> None
             if job.status.is_terminal():  # or finished elsewhere (declared lost): stop now
                 _abandon(store, job_id, attempt.number, running)
                 return
-        outcome, code = _watch(store, job, running, control, grace, max_runtime, sync, reader)
+        outcome, code = _watch(
+            store, job, running, control, grace, max_runtime, sync, (reader, printed)
+        )
         reader.read()  # what the script reported last
+        printed.read(generic=reader.points == 0)
         _note_hypertune(store, job_id, Path(env["CLOUD_ML_HP_METRIC_FILE"]))
         if outcome == "abandoned":
             _abandon(store, job_id, attempt.number, running)
@@ -458,7 +465,7 @@ def _watch(
     grace: float,
     max_runtime: float | None,
     sync: OutputSync,
-    reader: MetricsReader,
+    readers: tuple[MetricsReader, PrintedMetricsReader],
 ) -> tuple[str, int]:
     """Wait for the attempt, heartbeating, and stop it on cancel, timeout or SIGTERM."""
     deadline = (job.started_at or time.time()) + max_runtime if max_runtime else None
@@ -486,7 +493,10 @@ def _watch(
         if mono - last_beat >= defaults.HEARTBEAT_INTERVAL:
             store.update_job(job.id, heartbeat_at=time.time())
             last_beat = mono
-            reader.read()  # metrics reach the store every heartbeat while the job runs
+            # metrics reach the store every heartbeat while the job runs; printed ones too,
+            # unless the script reports through runtime.report
+            readers[0].read()
+            readers[1].read(generic=readers[0].points == 0)
         if stopping is None:
             if control.terminated:
                 stopping = "stopped"

@@ -66,3 +66,43 @@ def test_metrics_of_a_job(home: Path, project: Path) -> None:
     assert "loss" in text and "acc" in text and "100" in text
     rows = ferry("metrics", job_id, "--csv").stdout.splitlines()
     assert rows[0] == "name,points,last,last_step,minimum,maximum" and len(rows) == 3
+
+
+def test_printed_metrics_are_understood(home: Path, project: Path) -> None:
+    (project / "prints.py").write_text(
+        "import json\n"
+        "for epoch in range(1, 4):\n"
+        "    print(f'epoch={epoch}/3 loss={1 / epoch:.4f} val_acc={epoch / 4} time=0.05s')\n"
+        "print(json.dumps({'step': 9, 'throughput': 123.5, 'note': 'text'}))\n"
+        "print('Validation -- val_loss: 0.125 (best)')\n"
+        "print('see http://example.com/?a=1 for details')\n"
+    )
+    (project / "job.yaml").write_text(
+        "command: python prints.py\nmetrics: {val_loss: 'val_loss: ([0-9.e-]+)'}\n"
+    )
+    assert ferry("run", "job.yaml", cwd=project).returncode == 0
+    summary = {m["name"]: m for m in ferry_json("metrics", ferry_json("jobs")[0]["id"])}
+    assert set(summary) == {"loss", "val_acc", "throughput", "val_loss"}
+    assert summary["loss"]["points"] == 3 and summary["loss"]["last"] == pytest.approx(
+        1 / 3, abs=1e-4
+    )
+    assert summary["loss"]["last_step"] == 3
+    assert summary["throughput"]["last_step"] == 9
+    assert summary["val_loss"]["last"] == 0.125
+
+
+def test_a_script_that_reports_is_not_also_parsed(home: Path, project: Path) -> None:
+    (project / "both.py").write_text(
+        "from ferry import runtime\nruntime.report(step=1, loss=0.5)\nprint('loss=0.9 extra=1')\n"
+    )
+    assert ferry("run", "--", "python", "both.py", cwd=project).returncode == 0
+    summary = {m["name"]: m for m in ferry_json("metrics", ferry_json("jobs")[0]["id"])}
+    assert set(summary) == {"loss"} and summary["loss"]["points"] == 1
+
+
+def test_a_metric_pattern_without_a_group_is_refused(home: Path, project: Path) -> None:
+    from tests.conftest import assert_one_line_error
+
+    (project / "job.yaml").write_text("command: python x.py\nmetrics: {loss: 'loss: [0-9.]+'}\n")
+    line = assert_one_line_error(ferry("run", "job.yaml", cwd=project), 2)
+    assert "needs a group around the value" in line
