@@ -99,6 +99,9 @@ SETTINGS: dict[str, Setting] = {
     "outputs.sync_interval": Setting(
         parse_duration, 30.0, "how often checkpoints and TensorBoard logs are sent while a job runs"
     ),
+    "telemetry.interval": Setting(
+        parse_duration, 5.0, "how often the supervisor samples a job's CPU, memory and GPUs"
+    ),
     "snapshot.max_size": Setting(
         parse_size, defaults.MAX_SNAPSHOT_BYTES, "largest code snapshot accepted"
     ),

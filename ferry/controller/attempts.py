@@ -4,6 +4,7 @@ and ended with the outputs delivered before the job is marked finished."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -467,10 +468,14 @@ def _watch(
     sync: OutputSync,
     readers: tuple[MetricsReader, PrintedMetricsReader],
 ) -> tuple[str, int]:
+    from ferry.telemetry.sampler import GpuSampler, ProcessTreeSampler
+
     """Wait for the attempt, heartbeating, and stop it on cancel, timeout or SIGTERM."""
     deadline = (job.started_at or time.time()) + max_runtime if max_runtime else None
-    last_beat = last_control = last_sync = time.monotonic()
+    last_beat = last_control = last_sync = last_sample = time.monotonic()
     sync_every = float(config.get("outputs.sync_interval"))
+    sample_every = float(config.get("telemetry.interval"))
+    samplers: list[Any] | None = None  # made when the first sample is due: short jobs skip it
     stopping: str | None = None
     stop_sent = 0.0
     while True:
@@ -484,6 +489,17 @@ def _watch(
         if code is not None:
             return (stopping or "exited"), code
         mono = time.monotonic()
+        if mono - last_sample >= sample_every:
+            last_sample = mono
+            if samplers is None:
+                samplers = [GpuSampler(job.allocation.gpus)]
+                with contextlib.suppress(Exception):  # the process may be gone already
+                    samplers.append(ProcessTreeSampler(running.pid))
+            now = time.time()
+            points: list[tuple[int, int | None, float, str, float]] = [
+                (0, None, now, k, v) for s in samplers for k, v in s.sample().items()
+            ]
+            store.add_metrics(job.id, readers[0].attempt, points)
         if sync.remote and mono - last_sync >= sync_every:
             last_sync = mono
             try:  # checkpoints reach the bucket while the job runs

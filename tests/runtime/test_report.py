@@ -106,3 +106,20 @@ def test_a_metric_pattern_without_a_group_is_refused(home: Path, project: Path) 
     (project / "job.yaml").write_text("command: python x.py\nmetrics: {loss: 'loss: [0-9.]+'}\n")
     line = assert_one_line_error(ferry("run", "job.yaml", cwd=project), 2)
     assert "needs a group around the value" in line
+
+
+def test_the_supervisor_samples_the_job_process_tree(home: Path, project: Path) -> None:
+    ferry("config", "set", "telemetry.interval", "0.5s")
+    (project / "burn.py").write_text(
+        "import time\n"
+        "data = bytearray(50_000_000)  # 50 MB resident\n"
+        "end = time.time() + 2.5\n"
+        "while time.time() < end:\n"
+        "    sum(range(10000))\n"
+    )
+    assert ferry("run", "--", "python", "burn.py", cwd=project).returncode == 0
+    summary = {m["name"]: m for m in ferry_json("metrics", ferry_json("jobs")[0]["id"])}
+    assert summary["sys/cpu_percent"]["points"] >= 2
+    assert summary["sys/cpu_percent"]["maximum"] > 50  # one core busy
+    assert summary["sys/rss_bytes"]["maximum"] > 50_000_000
+    assert summary["sys/processes"]["last"] >= 1
