@@ -32,6 +32,7 @@ COMMANDS = {
     "cancel": "control",
     "wait": "control",
     "metrics": "metrics_cmd",
+    "plot": "plot_cmd",
     "outputs": "outputs_cmd",
     "cache": "cache_cmd",
     "config": "config_cmd",

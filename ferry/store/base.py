@@ -115,6 +115,13 @@ class Store(abc.ABC):
         """Store metric points: (rank, step, time, name, value)."""
 
     @abc.abstractmethod
+    def metric_series(
+        self, job_id: str, name: str, max_points: int = 2000
+    ) -> list[tuple[float, int | None, float | None]]:
+        """(time, step, value) points of one metric, oldest first, averaged down to at most
+        about ``max_points`` for charts."""
+
+    @abc.abstractmethod
     def metric_summaries(self, job_id: str) -> list[MetricSummary]:
         """Per metric of a job: count, last value (latest time), minimum and maximum."""
 

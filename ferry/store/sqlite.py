@@ -548,6 +548,29 @@ class SQLiteStore(Store):
                 [(job_id, attempt, *p) for p in points],
             )
 
+    def metric_series(
+        self, job_id: str, name: str, max_points: int = 2000
+    ) -> list[tuple[float, int | None, float | None]]:
+        count, first, last = self._read(
+            "SELECT COUNT(*), MIN(t), MAX(t) FROM metrics WHERE job_id = ? AND name = ?",
+            (job_id, name),
+        )[0]
+        if not count:
+            return []
+        if count <= max_points or last == first:
+            rows = self._read(
+                "SELECT t, step, value FROM metrics WHERE job_id = ? AND name = ? ORDER BY t",
+                (job_id, name),
+            )
+        else:  # one averaged point per time bucket
+            width = (last - first) / max_points
+            rows = self._read(
+                "SELECT AVG(t), MAX(step), AVG(value) FROM metrics WHERE job_id = ? AND name = ?"
+                " GROUP BY CAST((t - ?) / ? AS INTEGER) ORDER BY 1",
+                (job_id, name, first, width),
+            )
+        return [(float(t), step, value) for t, step, value in rows]
+
     def metric_summaries(self, job_id: str) -> list[MetricSummary]:
         # NaN is stored as NULL by SQLite: counted, but never a minimum or maximum
         rows = self._read(

@@ -123,3 +123,26 @@ def test_the_supervisor_samples_the_job_process_tree(home: Path, project: Path) 
     assert summary["sys/cpu_percent"]["maximum"] > 50  # one core busy
     assert summary["sys/rss_bytes"]["maximum"] > 50_000_000
     assert summary["sys/processes"]["last"] >= 1
+
+
+def test_plot_as_png_and_sparklines(home: Path, project: Path, tmp_path: Path) -> None:
+    (project / "train.py").write_text(
+        "from ferry import runtime\n"
+        "for step in range(1, 5001):\n"
+        "    runtime.report(step=step, loss=1.0 / step)\n"
+    )
+    assert ferry("run", "--", "python", "train.py", cwd=project).returncode == 0
+    job_id = ferry_json("jobs")[0]["id"]
+    text = ferry("plot", job_id).stdout
+    assert text.startswith("loss") and "█" in text and "▁" in text
+    png = tmp_path / "chart.png"
+    result = ferry("plot", job_id, "loss", "-o", str(png))
+    assert result.returncode == 0, result.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+    from tests.conftest import assert_one_line_error
+
+    assert "has no metric 'nope'" in assert_one_line_error(ferry("plot", job_id, "nope"), 2)
+    from ferry.store import open_store
+
+    series = open_store().metric_series(job_id, "loss", max_points=100)
+    assert 10 <= len(series) <= 101  # 5000 points averaged down (by time buckets) for the chart
