@@ -33,6 +33,7 @@ COMMANDS = {
     "wait": "control",
     "metrics": "metrics_cmd",
     "plot": "plot_cmd",
+    "compare": "compare_cmd",
     "outputs": "outputs_cmd",
     "cache": "cache_cmd",
     "config": "config_cmd",

@@ -88,32 +88,49 @@ def plot(args: argparse.Namespace) -> int:
     return 0
 
 
-def _png(
-    job_id: str, series: dict[str, list[tuple[float, int | None, float | None]]], path: str
-) -> None:
+Series = list[tuple[float, int | None, float | None]]
+
+
+def _png(job_id: str, series: dict[str, Series], path: str) -> None:
+    _figure(job_id, {name: {name: points} for name, points in series.items()}, path)
+
+
+def _figure(title: str, panels: dict[str, dict[str, Series]], path: str) -> None:
+    """One panel per metric, one line per series in it (a job, when comparing)."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError:
         raise BackendNotInstalled("charts need matplotlib", "pip install 'ferry[plot]'") from None
-    panels = list(series.items())
     figure = Figure(figsize=(9, 2.6 * len(panels)), layout="constrained")
     FigureCanvasAgg(figure)
-    start = min((p[0][0] for _, p in panels if p), default=0.0)
-    for i, (name, points) in enumerate(panels, start=1):
+    for i, (name, lines) in enumerate(panels.items(), start=1):
         axes = figure.add_subplot(len(panels), 1, i)
-        by_step = all(step is not None for _, step, _ in points)
-        xs = [
-            float(step) if by_step and step is not None else (t - start) / 60
-            for t, step, _ in points
-        ]
-        ys = [float("nan") if v is None else v for _, _, v in points]
-        few = len(points) < 50  # mark the points when there are few (one is otherwise invisible)
-        axes.plot(
-            xs, ys, linewidth=1.4, color=f"C{i - 1}", marker="o" if few else None, markersize=3
-        )
+        by_step = all(step is not None for points in lines.values() for _, step, _ in points)
+        for k, (label, points) in enumerate(lines.items()):
+            start = points[0][0] if points else 0.0
+            xs = [
+                float(step) if by_step and step is not None else (t - start) / 60
+                for t, step, _ in points
+            ]
+            ys = [float("nan") if v is None else v for _, _, v in points]
+            few = (
+                len(points) < 50
+            )  # mark the points when there are few (one is otherwise invisible)
+            color = f"C{(i - 1 if len(lines) == 1 else k) % 10}"
+            axes.plot(
+                xs,
+                ys,
+                linewidth=1.4,
+                color=color,
+                marker="o" if few else None,
+                markersize=3,
+                label=label,
+            )
+        if len(lines) > 1:
+            axes.legend(fontsize=8)
         axes.set_title(name, loc="left", fontsize=10)
         axes.set_xlabel("step" if by_step else "minutes")
         axes.grid(alpha=0.3)
-    figure.suptitle(job_id)
+    figure.suptitle(title)
     figure.savefig(path, dpi=110)

@@ -146,3 +146,29 @@ def test_plot_as_png_and_sparklines(home: Path, project: Path, tmp_path: Path) -
 
     series = open_store().metric_series(job_id, "loss", max_points=100)
     assert 10 <= len(series) <= 101  # 5000 points averaged down (by time buckets) for the chart
+
+
+def test_compare_jobs_side_by_side_and_overlaid(home: Path, project: Path, tmp_path: Path) -> None:
+    (project / "train.py").write_text(
+        "import json, os\n"
+        "from ferry import runtime\n"
+        "lr = json.loads(os.environ['FERRY_HPARAMS'])['lr']\n"
+        "for step in range(1, 11):\n"
+        "    runtime.report(step=step, loss=lr / step)\n"
+    )
+    for lr in ("0.1", "0.2"):
+        assert (
+            ferry("run", "-p", f"lr={lr}", "--", "python", "train.py", cwd=project).returncode == 0
+        )
+    a, b = (j["id"] for j in ferry_json("jobs"))
+    data = json.loads(ferry("compare", a, b, "--json").stdout)
+    assert data[a]["metrics"]["loss"] == pytest.approx(0.02) and data[b]["metrics"][
+        "loss"
+    ] == pytest.approx(0.01)
+    assert data[a]["hyperparameters"] == {"lr": 0.2}
+    table = ferry("compare", a, b).stdout
+    assert "loss" in table and "lr" in table
+    png = tmp_path / "cmp.png"
+    assert ferry("compare", a, b, "-o", str(png)).returncode == 0
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    assert ferry("compare", a).returncode == 2
