@@ -34,6 +34,7 @@ COMMANDS = {
     "metrics": "metrics_cmd",
     "plot": "plot_cmd",
     "compare": "compare_cmd",
+    "top": "top_cmd",
     "outputs": "outputs_cmd",
     "cache": "cache_cmd",
     "config": "config_cmd",

@@ -41,6 +41,8 @@ def parse_line(
     else:
         for match in _PAIR.finditer(text):
             metrics[match.group(1)] = float(match.group(2))
+            if match.group(3) and match.group(1) in _STEP_NAMES:  # epoch=3/20: 20 in all
+                metrics["steps_total"] = float(match.group(3))
     for name in _STEP_NAMES:
         if name in metrics:
             step = int(metrics.pop(name))

@@ -122,6 +122,10 @@ class Store(abc.ABC):
         about ``max_points`` for charts."""
 
     @abc.abstractmethod
+    def step_progress(self, job_id: str) -> tuple[int, float, int, float] | None:
+        """(first step, its time, last step, its time) over the job's reported steps."""
+
+    @abc.abstractmethod
     def metric_summaries(self, job_id: str) -> list[MetricSummary]:
         """Per metric of a job: count, last value (latest time), minimum and maximum."""
 

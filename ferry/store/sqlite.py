@@ -571,6 +571,14 @@ class SQLiteStore(Store):
             )
         return [(float(t), step, value) for t, step, value in rows]
 
+    def step_progress(self, job_id: str) -> tuple[int, float, int, float] | None:
+        row = self._read(
+            "SELECT MIN(step), MIN(t), MAX(step), MAX(t) FROM metrics"
+            " WHERE job_id = ? AND step IS NOT NULL",
+            (job_id,),
+        )[0]
+        return None if row[0] is None else (int(row[0]), float(row[1]), int(row[2]), float(row[3]))
+
     def metric_summaries(self, job_id: str) -> list[MetricSummary]:
         # NaN is stored as NULL by SQLite: counted, but never a minimum or maximum
         rows = self._read(

@@ -172,3 +172,28 @@ def test_compare_jobs_side_by_side_and_overlaid(home: Path, project: Path, tmp_p
     assert ferry("compare", a, b, "-o", str(png)).returncode == 0
     assert png.read_bytes()[:4] == b"\x89PNG"
     assert ferry("compare", a).returncode == 2
+
+
+def test_top_shows_progress_rate_and_eta(home: Path, project: Path, tmp_path: Path) -> None:
+    from tests.conftest import submit, wait_for
+
+    (project / "slow.py").write_text(
+        "import os, time\n"
+        "for epoch in range(1, 101):\n"
+        "    print(f'epoch={epoch}/100 loss={1 / epoch:.4f}', flush=True)\n"
+        "    time.sleep(0.05)\n"
+        "    if epoch == 20:\n"
+        "        while not os.path.exists(os.path.join(os.environ['FERRY_TEST_TMP'], 'go')):\n"
+        "            time.sleep(0.05)\n"
+    )
+    job_id = submit("--", "python", "slow.py", cwd=project)
+
+    def shown() -> str:
+        out = ferry("top", "--once", env={"COLUMNS": "250"}).stdout
+        return out if "20/100" in out else ""
+
+    text = wait_for(shown, 30, "the job's progress in ferry top")
+    assert job_id in text and "/s" in text and "loss=0.05" in text
+    (tmp_path / "go").write_text("")
+    assert ferry("wait", job_id).returncode == 0
+    assert "(no running jobs)" in ferry("top", "--once").stdout
