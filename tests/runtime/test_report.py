@@ -82,7 +82,8 @@ def test_printed_metrics_are_understood(home: Path, project: Path) -> None:
     )
     assert ferry("run", "job.yaml", cwd=project).returncode == 0
     summary = {m["name"]: m for m in ferry_json("metrics", ferry_json("jobs")[0]["id"])}
-    assert set(summary) == {"loss", "val_acc", "throughput", "val_loss"}
+    assert set(summary) == {"loss", "val_acc", "throughput", "val_loss", "steps_total"}
+    assert summary["steps_total"]["last"] == 3  # from epoch=N/3
     assert summary["loss"]["points"] == 3 and summary["loss"]["last"] == pytest.approx(
         1 / 3, abs=1e-4
     )
