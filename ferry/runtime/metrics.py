@@ -20,7 +20,8 @@ from typing import Any
 FLUSH_INTERVAL = 0.5
 
 _path = os.environ.get("FERRY_METRICS_FILE") or None
-_rank = int(os.environ.get("RANK") or os.environ.get("FERRY_NODE_RANK") or 0)
+_rank_text = os.environ.get("RANK") or os.environ.get("FERRY_NODE_RANK") or "0"
+_rank = int(_rank_text) if _rank_text.isdigit() else 0
 _queue: collections.deque[tuple[float, int | None, dict[str, Any]]] = collections.deque()
 _writer: threading.Thread | None = None
 _wake = threading.Event()
