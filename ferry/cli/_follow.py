@@ -5,32 +5,13 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING
 
 from ferry import defaults
-from ferry.logs import LogLine, read_block, split_block, tail_block
+from ferry.logs import read_block, split_block, tail_block
 
 if TYPE_CHECKING:
     from ferry.store import Attempt, Job, Store
-
-
-def write_lines(lines: list[LogLine], timestamps: bool, split_streams: bool) -> None:
-    """Print log lines; stderr lines go to stderr when ``split_streams``."""
-    out: dict[str, list[str]] = {"stdout": [], "stderr": []}
-    for line in lines:
-        text = f"{line.at} {line.text}" if timestamps else line.text
-        out["stderr" if split_streams and line.stream == "stderr" else "stdout"].append(text)
-    for name, stream in (("stdout", sys.stdout), ("stderr", sys.stderr)):
-        if out[name]:
-            _write(stream, "\n".join(out[name]) + "\n")
-
-
-def _write(stream: TextIO, text: str) -> None:
-    try:
-        stream.write(text)
-        stream.flush()
-    except BrokenPipeError:  # `ferry logs -f JOB | head`
-        raise SystemExit(0) from None
 
 
 def write_block(block: bytes, timestamps: bool, split_streams: bool) -> None:
@@ -103,11 +84,11 @@ def follow(
                 continue
             mine = next((a for a in attempts if a.number == current.number), current)
             if attempt is not None and mine.status.is_terminal():
-                _drain(current.log_path, offset, timestamps, split_streams)
+                drain(current.log_path, offset, timestamps, split_streams)
                 return job
         if job.status.is_terminal():
             if current is not None:
-                _drain(current.log_path, offset, timestamps, split_streams)
+                drain(current.log_path, offset, timestamps, split_streams)
             return job
         if time.monotonic() - last_check > defaults.HEARTBEAT_INTERVAL:
             last_check = time.monotonic()
@@ -115,7 +96,7 @@ def follow(
         time.sleep(defaults.FOLLOW_POLL)
 
 
-def _drain(path: str, offset: int, timestamps: bool, split_streams: bool) -> None:
+def drain(path: str, offset: int, timestamps: bool, split_streams: bool) -> None:
     while True:
         block, offset = read_block(path, offset)
         if not block:

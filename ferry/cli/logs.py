@@ -35,9 +35,9 @@ def register(subparsers: Any) -> None:
 
 def logs(args: argparse.Namespace) -> int:
     from ferry.api import _attempt_log
-    from ferry.cli._follow import follow, write_block
+    from ferry.cli._follow import drain, follow, write_block
     from ferry.errors import UsageError
-    from ferry.logs import read_block, tail_block
+    from ferry.logs import tail_block
 
     if args.tail is not None and args.tail < 0:
         raise UsageError("--tail takes a number of lines, 0 or more")
@@ -59,9 +59,5 @@ def logs(args: argparse.Namespace) -> int:
         block, _ = tail_block(path, args.tail)
         write_block(block, args.timestamps, split_streams=True)
         return 0
-    offset = 0
-    while True:
-        block, offset = read_block(path, offset)
-        if not block:
-            return 0
-        write_block(block, args.timestamps, split_streams=True)
+    drain(path, 0, args.timestamps, split_streams=True)
+    return 0

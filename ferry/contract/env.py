@@ -38,7 +38,8 @@ def env_key(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9]", "_", name).upper()
 
 
-def _hp_text(value: Any) -> str:
+def hyperparameter_text(value: Any) -> str:
+    """A hyperparameter as text, as SageMaker hands them over (SM_HP_*, hyperparameters.json)."""
     return value if isinstance(value, str) else json.dumps(value)
 
 
@@ -90,7 +91,7 @@ def contract_env(
     if checkpoint_every:
         env["FERRY_CHECKPOINT_EVERY"] = f"{checkpoint_every:g}"
     for key, value in hyperparameters.items():
-        env[f"SM_HP_{env_key(key)}"] = _hp_text(value)
+        env[f"SM_HP_{env_key(key)}"] = hyperparameter_text(value)
     for name, path in inputs.items():
         env[f"FERRY_INPUT_{env_key(name)}"] = path
         env[f"SM_CHANNEL_{env_key(name)}"] = path

@@ -14,14 +14,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ferry.contract.env import JobDirs, env_key
+from ferry.contract.env import JobDirs, env_key, hyperparameter_text
 
 HOST = "algo-1"  # SageMaker names the hosts of a training job algo-1, algo-2, ...
-
-
-def hyperparameter_text(value: Any) -> str:
-    """SageMaker hands every hyperparameter over as text."""
-    return value if isinstance(value, str) else json.dumps(value)
 
 
 def prepare(

@@ -23,6 +23,7 @@ from ferry.runtime.ingest import MetricsReader
 from ferry.runtime.printed import PrintedMetricsReader
 from ferry.status import AttemptStatus, JobStatus
 from ferry.store import Job, Store, open_store
+from ferry.units import format_duration
 
 if TYPE_CHECKING:
     from ferry.backends.local import LocalAttempt
@@ -210,7 +211,7 @@ def supervise(job_id: str, control: Control, store: Store | None = None) -> None
         elif outcome == "cancelled":
             ending = (AttemptStatus.CANCELLED, _S.CANCELLED, "cancelled")
         elif outcome == "timeout":
-            reason = f"max_runtime {_fmt_seconds(max_runtime)} reached"
+            reason = f"max_runtime {format_duration(max_runtime or 0)} reached"
             ending = (AttemptStatus.TIMED_OUT, _S.FAILED, reason)
         elif outcome == "stopped":
             reason = f"its supervisor was stopped by {signal.Signals(control.terminated).name}"
@@ -364,7 +365,7 @@ def _stage_inputs(store: Store, job: Job) -> dict[str, str]:
     """Bring the job's inputs to this machine; returns name -> what FERRY_INPUT_<NAME> holds."""
     from ferry.storage.cache import InputCache
     from ferry.storage.staging import stage_input
-    from ferry.units import format_duration, format_size
+    from ferry.units import format_size
 
     items = (job.spec.get("inputs") or {}).items()
     if not items:
@@ -436,12 +437,6 @@ def _bucket_root(outputs: str) -> str:
     if loc.is_local:
         return str(Path(loc.path).parent)
     return f"{loc.protocol}://{loc.bucket}"
-
-
-def _fmt_seconds(seconds: float | None) -> str:
-    from ferry.units import format_duration
-
-    return format_duration(seconds or 0)
 
 
 def _backoff(store: Store, job_id: str, n: int, control: Control) -> None:
