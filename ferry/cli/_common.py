@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from ferry.errors import UsageError
@@ -45,6 +47,26 @@ def add_command(
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     return parser
+
+
+def live_view(store: Store, render: Callable[[], Any], every: float, once: bool = False) -> None:
+    """Show ``render()`` (a rich renderable), redrawn every ``every`` seconds until Ctrl-C,
+    noticing lost supervisors between redraws; with ``once``, print it once."""
+    from rich.console import Console
+    from rich.live import Live
+
+    from ferry.controller import reconcile
+
+    console = Console()
+    if once:
+        console.print(render())
+        return
+    live = Live(render(), console=console, auto_refresh=False)
+    with live, contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends the view
+        while True:
+            time.sleep(every)
+            reconcile(store)
+            live.update(render(), refresh=True)
 
 
 def store_now() -> Store:

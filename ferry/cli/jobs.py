@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import time
 from typing import Any
@@ -13,6 +12,7 @@ from ferry.cli._common import (
     add_command,
     age,
     job_json,
+    live_view,
     resources,
     runtime,
     store_now,
@@ -92,21 +92,5 @@ def jobs(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([job_json(j) for j in store.list_jobs(statuses, args.limit)], indent=2))
         return 0
-    from rich.console import Console
-
-    console = Console()
-    if not args.watch:
-        console.print(table(store.list_jobs(statuses, args.limit)))
-        return 0
-    from rich.live import Live
-
-    from ferry.controller import reconcile
-
-    first = table(store.list_jobs(statuses, args.limit))
-    live = Live(first, console=console, auto_refresh=False)
-    with live, contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends the view
-        while True:
-            time.sleep(1.0)
-            reconcile(store)
-            live.update(table(store.list_jobs(statuses, args.limit)), refresh=True)
+    live_view(store, lambda: table(store.list_jobs(statuses, args.limit)), 1.0, once=not args.watch)
     return 0

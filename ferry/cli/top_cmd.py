@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import time
 from typing import Any
 
-from ferry.cli._common import add_command, runtime, store_now
+from ferry.cli._common import add_command, live_view, runtime, store_now
 from ferry.status import JobStatus
 from ferry.units import format_duration, format_size
 
@@ -80,20 +78,6 @@ def table(store: Any) -> Any:
 
 
 def top(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.live import Live
-
-    from ferry.controller import reconcile
-
     store = store_now()
-    console = Console()
-    if args.once:
-        console.print(table(store))
-        return 0
-    live = Live(table(store), console=console, auto_refresh=False)
-    with live, contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends the view
-        while True:
-            time.sleep(2.0)
-            reconcile(store)
-            live.update(table(store), refresh=True)
+    live_view(store, lambda: table(store), 2.0, once=args.once)
     return 0
