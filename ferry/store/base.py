@@ -80,7 +80,9 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def admit(self, decide: AdmitFn, backend: str) -> list[Job]:
-        """Under the store's write lock, move the jobs ``decide`` picks to STARTING.
+        """Move the jobs ``decide`` picks to STARTING, atomically: no other process changes
+        the jobs between the decision and the move (a store may decide without the write
+        lock and take it only to write, redeciding if something changed).
 
         ``decide`` sees the oldest queued jobs (at most ``defaults.ADMISSION_WINDOW``).
         """
