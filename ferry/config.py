@@ -68,6 +68,25 @@ def _text(value: str) -> str:
     return value
 
 
+def _url(value: str) -> str:
+    if not value.startswith(("http://", "https://", "${")):
+        raise ValueError(f"expected an http:// or https:// URL, not {value!r}")
+    return value
+
+
+def _addresses(value: str) -> str:
+    if not all("@" in a for a in value.split(",")):
+        raise ValueError(f"expected e-mail addresses such as me@example.com, not {value!r}")
+    return value
+
+
+def _server(value: str) -> str:
+    host, _, port = value.rpartition(":") if ":" in value else (value, "", "25")
+    if not host or not port.isdigit():
+        raise ValueError(f"expected HOST or HOST:PORT, not {value!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class Setting:
     """One known config key: its parser, default and meaning."""
@@ -102,6 +121,17 @@ SETTINGS: dict[str, Setting] = {
     "telemetry.interval": Setting(
         parse_duration, 5.0, "how often the supervisor samples a job's CPU, memory and GPUs"
     ),
+    "alerts.webhook": Setting(
+        _url, None, "webhook (Slack, Discord, any JSON endpoint) told of alerts; ${VAR} expands"
+    ),
+    "alerts.email": Setting(_addresses, None, "addresses e-mailed alerts, comma separated"),
+    "alerts.command": Setting(_text, None, "shell command run on alerts (sees FERRY_ALERT_*)"),
+    "alerts.smtp_server": Setting(_server, "localhost:25", "SMTP server for alert e-mail"),
+    "alerts.smtp_from": Setting(_addresses, None, "sender of alert e-mail (default: ferry@HOST)"),
+    "alerts.smtp_user": Setting(
+        _text, None, "SMTP login; the password is read from $FERRY_SMTP_PASSWORD"
+    ),
+    "tracking.mlflow": Setting(_text, None, "MLflow tracking URI every job reports to"),
     "snapshot.max_size": Setting(
         parse_size, defaults.MAX_SNAPSHOT_BYTES, "largest code snapshot accepted"
     ),

@@ -84,12 +84,27 @@ def is_supervisor(pid: int) -> bool:
         return False
 
 
+_spared: set[int] = set()
+
+
+def spare(pid: int) -> None:
+    """Keep ``pid`` (a helper the supervisor started, such as an alert command) out of
+    :func:`kill_descendants`."""
+    _spared.add(pid)
+
+
+def unspare(pid: int) -> None:
+    _spared.discard(pid)
+
+
 def kill_descendants() -> None:
     """SIGKILL every process below this one and reap them (this process is a subreaper, so
     that includes those that left the job's process group). Supervisors of other jobs, and
     what runs under them, are spared: a job may submit jobs of its own."""
     for _ in range(10):  # killed processes' orphans re-parent to us: repeat until none
-        pending = [pid for pid in children(os.getpid()) if not is_supervisor(pid)]
+        pending = [
+            pid for pid in children(os.getpid()) if pid not in _spared and not is_supervisor(pid)
+        ]
         if not pending:
             break
         stack = list(pending)

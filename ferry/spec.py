@@ -129,6 +129,112 @@ class Checkpoint(_Model):
         return None if value is None else parse_duration(value)
 
 
+def _optional_duration(value: object) -> float | None:
+    """A duration, or None for ``off``/``false``/``0`` (the rule is switched off)."""
+    if (
+        value is None
+        or value is False
+        or value == 0
+        or (isinstance(value, str) and value.strip().lower() in ("off", "none", "0"))
+    ):
+        return None
+    return parse_duration(value)
+
+
+def _percent(value: object) -> float | None:
+    """A percentage from ``90``, ``"90%"``; None for ``off``/``false``."""
+    if (
+        value is None
+        or value is False
+        or (isinstance(value, str) and value.strip().lower() in ("off", "none"))
+    ):
+        return None
+    text = value.strip().removesuffix("%") if isinstance(value, str) else value
+    try:
+        number = float(text)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ValueError(f"expected a percentage such as 90 or '90%', not {value!r}") from None
+    if not 0 < number <= 100:
+        raise ValueError(f"expected a percentage above 0 and at most 100, not {value!r}")
+    return number
+
+
+class Notify(_Model):
+    """Where alerts go: one of a webhook URL, e-mail addresses or a shell command.
+
+    ``${NAME}`` in any of them is replaced from the submitter's environment when the alert
+    is sent, so a webhook's secret URL need not be written in the spec (nor stored)."""
+
+    webhook: str | None = None  # Slack, Discord or any endpoint taking a JSON POST
+    email: str | None = None  # one address, or several separated by commas
+    command: str | None = None  # run with /bin/sh; FERRY_ALERT_* variables describe the alert
+
+    @model_validator(mode="after")
+    def _one(self) -> Notify:
+        given = [k for k in ("webhook", "email", "command") if getattr(self, k)]
+        if len(given) != 1:
+            raise ValueError("each notify entry names one of webhook, email or command")
+        if self.webhook and not re.match(r"^(https?://|\$\{)", self.webhook):
+            raise ValueError(f"webhook {self.webhook!r} must be an http:// or https:// URL")
+        if self.email and not all("@" in a for a in self.email.split(",")):
+            raise ValueError(f"email {self.email!r} is not an address such as me@example.com")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return "webhook" if self.webhook else "email" if self.email else "command"
+
+    @property
+    def target(self) -> str:
+        return self.webhook or self.email or self.command or ""
+
+
+class Alerts(_Model):
+    """Rules the supervisor checks while the job runs, and who hears about them."""
+
+    nan: bool = True  # a reported metric became NaN or infinite
+    no_progress: float | None = 1800.0  # no report and no log line for this long
+    gpu_util_below: float | None = 10.0  # mean utilisation of the job's GPUs (percent) ...
+    gpu_util_for: float = 600.0  # ... for this long
+    memory_above: float | None = 90.0  # percent of the job's memory, or of a GPU's
+    on_end: tuple[Literal["succeeded", "failed", "cancelled"], ...] = ("succeeded", "failed")
+    notify: tuple[Notify, ...] | None = None  # default: the alerts.* settings of ferry config
+    on_alert: Literal["notify", "stop"] = "notify"  # stop: end the job at its first alert
+
+    @field_validator("no_progress", mode="before")
+    @classmethod
+    def _no_progress(cls, value: object) -> float | None:
+        return _optional_duration(value)
+
+    @field_validator("gpu_util_for", mode="before")
+    @classmethod
+    def _for(cls, value: object) -> float:
+        return parse_duration(value)
+
+    @field_validator("gpu_util_below", "memory_above", mode="before")
+    @classmethod
+    def _percentages(cls, value: object) -> float | None:
+        return _percent(value)
+
+
+class Tracking(_Model):
+    """Where the job's metrics are sent besides Ferry's store."""
+
+    tensorboard: bool = True  # event files in FERRY_TENSORBOARD_DIR/ferry
+    mlflow: str | None = None  # tracking URI: sqlite:///mlflow.db, http://host:5000, ...
+    experiment: str | None = None  # MLflow experiment (default: the job's name)
+
+    @field_validator("mlflow")
+    @classmethod
+    def _no_password(cls, value: str | None) -> str | None:
+        if value and re.match(r"^[a-z+]+://[^/@]*:[^/@]*@", value):
+            raise ValueError(
+                "a password in the tracking URI would be stored with the job; set"
+                " MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD in the environment"
+            )
+        return value
+
+
 class JobSpec(_Model):
     """A job as asked for: the command, its code, resources, data and limits."""
 
@@ -157,6 +263,8 @@ class JobSpec(_Model):
     # "container": /opt/ml and /gcs/<bucket> exist for the job (a private mount namespace);
     # "auto" (default): when the code mentions them; "host": never
     paths: Literal["auto", "container", "host"] = "auto"
+    alerts: Alerts = Alerts()
+    tracking: Tracking = Tracking()
 
     @field_validator("name")
     @classmethod
@@ -306,7 +414,17 @@ class JobSpec(_Model):
             name: item if "://" in item.uri else item.model_copy(update={"uri": absolute(item.uri)})
             for name, item in self.inputs.items()
         }
-        return self.model_copy(update={"code": absolute(self.code), "inputs": inputs})
+        tracking = self.tracking
+        uri = tracking.mlflow
+        if uri and uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+            uri = "sqlite:///" + absolute(uri[len("sqlite:///") :])
+        elif uri and "://" not in uri and not uri.startswith("databricks"):
+            uri = absolute(uri)  # a folder: MLflow's file store
+        if uri != tracking.mlflow:
+            tracking = tracking.model_copy(update={"mlflow": uri})
+        return self.model_copy(
+            update={"code": absolute(self.code), "inputs": inputs, "tracking": tracking}
+        )
 
     def to_json(self) -> dict[str, Any]:
         """The spec as plain JSON data (what the store keeps)."""

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from ferry import defaults
 from ferry.logs import read_block, split_block, tail_block
+from ferry.status import JobStatus
 
 if TYPE_CHECKING:
     from ferry.store import Attempt, Job, Store
@@ -38,25 +39,49 @@ def follow(
     split_streams: bool = True,
     tail: int | None = None,
     on_tick: Callable[[], None] | None = None,
+    progress: bool = False,
 ) -> Job:
     """Print the job's output as it is written until the job ends; return the final job.
 
     Starts at ``attempt``, or at the latest attempt (the first one, for a new job), and
     moves on to each later attempt unless ``attempt`` pins one. ``tail`` limits the lines
-    shown from what was already written when following starts.
+    shown from what was already written when following starts. With ``progress``, a line
+    under the output shows the step, rate, ETA and latest metrics (on a terminal).
     """
+    status = _StatusLine(progress)
+    try:
+        return _follow(store, job_id, attempt, timestamps, split_streams, tail, on_tick, status)
+    finally:
+        status.end()
+
+
+def _follow(
+    store: Store,
+    job_id: str,
+    attempt: int | None,
+    timestamps: bool,
+    split_streams: bool,
+    tail: int | None,
+    on_tick: Callable[[], None] | None,
+    status: _StatusLine,
+) -> Job:
     from ferry.controller import reconcile
 
     current: Attempt | None = None
     offset = 0
     last_check = time.monotonic()
-    staging = _StagingLine()
+
+    def write(block: bytes) -> None:
+        status.clear()
+        write_block(block, timestamps, split_streams)
+        status.redraw()
+
     while True:
         if on_tick is not None:
             on_tick()
         job = store.get_job(job_id)
         attempts = store.attempts(job_id)
-        staging.show(job)
+        status.show(store, job)
         finished = attempt is not None and attempts and job.status.is_terminal()
         if finished and all(a.number != attempt for a in attempts):
             from ferry.errors import FerryError
@@ -71,24 +96,29 @@ def follow(
                 current = pick[-1]
                 if tail is not None:
                     block, offset = tail_block(current.log_path, tail)
-                    write_block(block, timestamps, split_streams)
+                    write(block)
         if current is not None:
             block, offset = read_block(current.log_path, offset)
             if block:
-                write_block(block, timestamps, split_streams)
+                write(block)
                 continue
             later = [a for a in attempts if a.number > current.number]
             if attempt is None and later:
                 current, offset = later[0], 0
+                status.clear()
                 print(f"ferry: attempt {current.number} of {job_id}", file=sys.stderr, flush=True)
+                status.redraw()
                 continue
             mine = next((a for a in attempts if a.number == current.number), current)
             if attempt is not None and mine.status.is_terminal():
+                status.clear()
                 drain(current.log_path, offset, timestamps, split_streams)
                 return job
         if job.status.is_terminal():
             if current is not None:
+                status.clear()
                 drain(current.log_path, offset, timestamps, split_streams)
+            status.final(store, job)
             return job
         if time.monotonic() - last_check > defaults.HEARTBEAT_INTERVAL:
             last_check = time.monotonic()
@@ -104,16 +134,68 @@ def drain(path: str, offset: int, timestamps: bool, split_streams: bool) -> None
         write_block(block, timestamps, split_streams)
 
 
-class _StagingLine:
-    """A live line on a terminal while the job's inputs are copied: input, %, bytes, files."""
+class _StatusLine:
+    """A live line under the streamed output, on a terminal only: the copy of the inputs
+    while it runs, then the training progress the script reports (``progress``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, progress: bool) -> None:
         self.shown = ""
         self.enabled = sys.stderr.isatty()
+        self.progress = progress and self.enabled
+        self.next_progress = 0.0
+        self.staging = False
 
-    def show(self, job: Job) -> None:
+    def clear(self) -> None:
+        """Take the line away for a moment (output is about to be written)."""
+        if self.shown:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+
+    def redraw(self) -> None:
+        if self.shown:
+            sys.stderr.write(self.shown)
+            sys.stderr.flush()
+
+    def _set(self, line: str) -> None:
+        if line != self.shown:
+            sys.stderr.write("\r\033[K" + line)
+            sys.stderr.flush()
+            self.shown = line
+
+    def show(self, store: Store, job: Job) -> None:
         if not self.enabled:
             return
+        if self._staging(job):
+            return
+        if self.progress and job.status is JobStatus.RUNNING:
+            now = time.monotonic()
+            if now >= self.next_progress:
+                from ferry.cli._progress import progress_of
+
+                line = progress_of(store, job.id).line()
+                spent = time.monotonic() - now
+                # at most once a second, and never more than a tenth of the time
+                self.next_progress = time.monotonic() + max(_PROGRESS_EVERY, 10 * spent)
+                self._set(f"ferry: {line}" if line else "")
+
+    def final(self, store: Store, job: Job) -> None:
+        """The job has ended: show its progress as it ended, if it was being shown."""
+        if self.shown and self.progress and not self.staging:
+            from ferry.cli._progress import progress_of
+
+            line = progress_of(store, job.id).line()
+            self.shown = ""
+            self._set(f"ferry: {line}" if line else "")
+        self.end()
+
+    def end(self) -> None:
+        """Leave the last line in place (the job's final progress) and move past it."""
+        if self.shown:
+            sys.stderr.write("\n" if not self.staging else "\r\033[K")
+            sys.stderr.flush()
+            self.shown = ""
+
+    def _staging(self, job: Job) -> bool:
         import json
         from pathlib import Path
 
@@ -123,18 +205,18 @@ class _StagingLine:
         try:
             state = json.loads((Path(job.job_dir) / STAGING_FILE).read_text())
         except (OSError, ValueError):
-            if self.shown:  # staging is over
-                sys.stderr.write("\r\033[K")
-                sys.stderr.flush()
-                self.shown = ""
-            return
+            if self.staging:  # staging is over
+                self._set("")
+                self.staging = False
+            return False
+        self.staging = True
         total = max(int(state["total"]), 1)
-        line = (
+        self._set(
             f"ferry: copying input {state['input']}: {100 * int(state['done']) // total}% "
             f"({format_size(state['done'])} of {format_size(state['total'])}, "
             f"{state['files']}/{state['all_files']} files)"
         )
-        if line != self.shown:
-            sys.stderr.write("\r\033[K" + line)
-            sys.stderr.flush()
-            self.shown = line
+        return True
+
+
+_PROGRESS_EVERY = 1.0

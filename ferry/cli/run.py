@@ -199,7 +199,7 @@ def _follow_with_interrupts(store: Any, job_id: str) -> Any:
     asked: list[bool] = []
     previous = signal.signal(signal.SIGINT, on_interrupt)
     try:
-        return follow(store, job_id, on_tick=on_tick)
+        return follow(store, job_id, on_tick=on_tick, progress=True)
     except KeyboardInterrupt:
         eprint(f"ferry: stopped watching {job_id}; see it with: ferry status {job_id}")
         raise SystemExit(130) from None

@@ -7,7 +7,7 @@ from typing import Any
 
 from ferry.cli._common import add_command, live_view, runtime, store_now
 from ferry.status import JobStatus
-from ferry.units import format_duration, format_size
+from ferry.units import format_size
 
 EXAMPLE = """\
   ferry top
@@ -30,23 +30,12 @@ def register(subparsers: Any) -> None:
 
 
 def _row(store: Any, job: Any) -> list[str]:
-    summaries = {s.name: s for s in store.metric_summaries(job.id)}
-    progress = store.step_progress(job.id)
-    step = rate = eta = ""
-    if progress:
-        first, t0, last, t1 = progress
-        step = str(last)
-        if t1 > t0 and last > first:
-            per_s = (last - first) / (t1 - t0)
-            rate = f"{per_s:.3g}/s"
-            total = summaries.get("steps_total")
-            if total and total.last and total.last > last:
-                eta = format_duration((total.last - last) / per_s)
-                step = f"{last}/{int(total.last)}"
-    own = [
-        s for n, s in summaries.items() if not n.startswith(("sys/", "gpu")) and n != "steps_total"
-    ]
-    shown = ", ".join(f"{s.name}={s.last:.4g}" for s in own[:3] if s.last is not None)
+    from ferry.cli._progress import progress_of
+
+    progress = progress_of(store, job.id)
+    summaries = progress.summaries
+    step, rate, eta = progress.step_text, progress.rate_text, progress.eta_text
+    shown = progress.metrics_text()
     cpu = summaries.get("sys/cpu_percent")
     rss = summaries.get("sys/rss_bytes")
     use = []

@@ -4,7 +4,6 @@ and ended with the outputs delivered before the job is marked finished."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -17,10 +16,9 @@ from typing import TYPE_CHECKING, Any
 from ferry import config, defaults
 from ferry.contract.env import env_key
 from ferry.controller.jobs import _S, LAUNCH_FILE, _finish_job, describe_exit
+from ferry.controller.observe import Observer
 from ferry.errors import FerryError, TransitionError
 from ferry.procs import hostname, start_time
-from ferry.runtime.ingest import MetricsReader
-from ferry.runtime.printed import PrintedMetricsReader
 from ferry.status import AttemptStatus, JobStatus
 from ferry.store import Job, Store, open_store
 from ferry.units import format_duration
@@ -29,6 +27,7 @@ if TYPE_CHECKING:
     from ferry.backends.local import LocalAttempt
     from ferry.contract.env import JobDirs
     from ferry.storage.outputs import OutputSync
+    from ferry.telemetry.notify import Notifier
 
 
 @dataclass
@@ -78,13 +77,69 @@ def _launch_env(job: Job) -> dict[str, str]:
 
 def supervise(job_id: str, control: Control, store: Store | None = None) -> None:
     """Run a job's attempts to the end. Called in the detached supervisor process."""
+    from ferry.telemetry.notify import JobInfo, Notifier, targets_for
+
+    store = store or open_store()
+    job = store.get_job(job_id)
+    alerts = job.spec.get("alerts") or {}
+    try:
+        notifier = Notifier(targets_for(alerts), JobInfo(job_id, job.name), _launch_env(job))
+    except FerryError as exc:  # a config file edited by hand into nonsense
+        store.add_event(job_id, f"alerts are off: {exc}")
+        notifier = Notifier([], JobInfo(job_id, job.name), {})
+    tracker = _start_tracker(store, job)
+    try:
+        _run_attempts(job_id, control, store, notifier)
+    finally:
+        job = store.get_job(job_id)
+        ended = job.status.value.lower()
+        if job.status.is_terminal() and ended in alerts.get("on_end", ("succeeded", "failed")):
+            from ferry.telemetry.alerts import Alert
+
+            notifier.send(Alert(ended, f"{ended}: {job.reason}"), job.status.value)
+        for outcome in notifier.close():
+            store.add_event(job_id, outcome)
+        if tracker is not None:
+            tracker.poll()  # collected if it has ended; it goes on by itself otherwise
+
+
+def _start_tracker(store: Store, job: Job) -> Any:
+    """Start the process that sends the job's metrics to MLflow, when the job asks for it."""
+    import subprocess
+
+    from ferry.procs import spare
+    from ferry.telemetry.mlflow_sink import shown_uri
+
+    uri = (job.spec.get("tracking") or {}).get("mlflow") or config.get("tracking.mlflow")
+    if not uri or store.attempts(job.id):  # a recovered job's tracker is already running
+        return None
+    # the submitter's environment (MLFLOW_TRACKING_* credentials), not this supervisor's
+    env = {k: v for k, v in _launch_env(job).items() if not k.startswith("FERRY_JOB")}
+    env["FERRY_HOME"] = str(config.ferry_home())
+    # fail within a minute when the server is away (MLflow's own default retries for minutes)
+    env.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "3")
+    env.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+    with open(Path(job.job_dir) / "mlflow.log", "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ferry.telemetry.mlflow_sink", job.id, uri],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            env=env,
+            start_new_session=True,
+        )
+    spare(proc.pid)  # it outlives the attempts: their cleanup must not kill it
+    store.add_event(job.id, f"sending metrics to MLflow at {shown_uri(uri)}")
+    return proc
+
+
+def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifier) -> None:
     from ferry.backends.base import LaunchRequest
     from ferry.backends.local import LocalBackend, become_subreaper
     from ferry.contract import sagemaker
     from ferry.contract.env import JobDirs, contract_env
     from ferry.storage.outputs import OutputSync
 
-    store = store or open_store()
     job = store.get_job(job_id)
     # Recorded with each attempt; before the first, START_TIMEOUT covers a vanished supervisor.
     me: dict[str, Any] = {
@@ -144,9 +199,14 @@ def supervise(job_id: str, control: Control, store: Store | None = None) -> None
         }
         metrics_file = Path(job.job_dir) / f"metrics-{attempt.number}.jsonl"
         env["FERRY_METRICS_FILE"] = str(metrics_file)
-        reader = MetricsReader(store, job_id, attempt.number, metrics_file)
-        printed = PrintedMetricsReader(
-            store, job_id, attempt.number, Path(attempt.log_path), spec.get("metrics") or {}
+        observer = Observer(
+            store,
+            job,
+            attempt.number,
+            metrics_file,
+            Path(attempt.log_path),
+            dirs.tensorboard,
+            notifier,
         )
         argv = _command_argv(spec)
         container = spec.get("paths") == "container"
@@ -193,11 +253,8 @@ def supervise(job_id: str, control: Control, store: Store | None = None) -> None
             if job.status.is_terminal():  # or finished elsewhere (declared lost): stop now
                 _abandon(store, job_id, attempt.number, running)
                 return
-        outcome, code = _watch(
-            store, job, running, control, grace, max_runtime, sync, (reader, printed)
-        )
-        reader.read()  # what the script reported last
-        printed.read(generic=reader.points == 0)
+        outcome, code = _watch(store, job, running, control, grace, max_runtime, sync, observer)
+        observer.finish()  # what the script reported last
         _note_hypertune(store, job_id, Path(env["CLOUD_ML_HP_METRIC_FILE"]))
         if outcome == "abandoned":
             _abandon(store, job_id, attempt.number, running)
@@ -213,6 +270,9 @@ def supervise(job_id: str, control: Control, store: Store | None = None) -> None
         elif outcome == "timeout":
             reason = f"max_runtime {format_duration(max_runtime or 0)} reached"
             ending = (AttemptStatus.TIMED_OUT, _S.FAILED, reason)
+        elif outcome == "alert" and observer.stopped_by:
+            reason = f"stopped on alert: {observer.stopped_by.message}"
+            ending = (AttemptStatus.FAILED, _S.FAILED, reason)
         elif outcome == "stopped":
             reason = f"its supervisor was stopped by {signal.Signals(control.terminated).name}"
             ending = (AttemptStatus.FAILED, _S.FAILED, reason)
@@ -461,16 +521,14 @@ def _watch(
     grace: float,
     max_runtime: float | None,
     sync: OutputSync,
-    readers: tuple[MetricsReader, PrintedMetricsReader],
+    observer: Observer,
 ) -> tuple[str, int]:
-    from ferry.telemetry.sampler import GpuSampler, ProcessTreeSampler
-
-    """Wait for the attempt, heartbeating, and stop it on cancel, timeout or SIGTERM."""
+    """Wait for the attempt, heartbeating, and stop it on cancel, timeout, an alert (with
+    ``on_alert: stop``) or SIGTERM."""
     deadline = (job.started_at or time.time()) + max_runtime if max_runtime else None
     last_beat = last_control = last_sync = last_sample = time.monotonic()
     sync_every = float(config.get("outputs.sync_interval"))
     sample_every = float(config.get("telemetry.interval"))
-    samplers: list[Any] | None = None  # made when the first sample is due: short jobs skip it
     stopping: str | None = None
     stop_sent = 0.0
     while True:
@@ -484,17 +542,9 @@ def _watch(
         if code is not None:
             return (stopping or "exited"), code
         mono = time.monotonic()
-        if mono - last_sample >= sample_every:
+        if mono - last_sample >= sample_every:  # short jobs never pay for a sampler
             last_sample = mono
-            if samplers is None:
-                samplers = [GpuSampler(job.allocation.gpus)]
-                with contextlib.suppress(Exception):  # the process may be gone already
-                    samplers.append(ProcessTreeSampler(running.pid))
-            now = time.time()
-            points: list[tuple[int, int | None, float, str, float]] = [
-                (0, None, now, k, v) for s in samplers for k, v in s.sample().items()
-            ]
-            store.add_metrics(job.id, readers[0].attempt, points)
+            observer.sample(running.pid)
         if sync.remote and mono - last_sync >= sync_every:
             last_sync = mono
             try:  # checkpoints reach the bucket while the job runs
@@ -506,10 +556,14 @@ def _watch(
             last_beat = mono
             # metrics reach the store every heartbeat while the job runs; printed ones too,
             # unless the script reports through runtime.report
-            readers[0].read()
-            readers[1].read(generic=readers[0].points == 0)
+            observer.read()
+            alerted = observer.check()
+        else:
+            alerted = None
         if stopping is None:
-            if control.terminated:
+            if alerted:
+                stopping = "alert"
+            elif control.terminated:
                 stopping = "stopped"
             elif deadline and time.time() >= deadline:
                 stopping = "timeout"

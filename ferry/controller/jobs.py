@@ -55,6 +55,31 @@ def jobs_root() -> Path:
     return root
 
 
+def _check_telemetry(spec: JobSpec, environ: dict[str, str]) -> None:
+    """Refuse now what would only fail once the job runs: MLflow tracking without MLflow,
+    a notifier naming a variable that is not set."""
+    import importlib.util
+    import re
+
+    from ferry.errors import BackendNotInstalled
+
+    if (spec.tracking.mlflow or config.get("tracking.mlflow")) and not importlib.util.find_spec(
+        "mlflow"
+    ):
+        raise BackendNotInstalled(
+            "tracking.mlflow needs the MLflow client", "pip install 'ferry[mlflow]'"
+        )
+    for entry in spec.alerts.notify or ():
+        if entry.kind == "command":
+            continue  # the shell expands its own variables
+        for var in re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", entry.target):
+            if var not in environ:
+                raise UsageError(
+                    f"alerts.notify {entry.kind} uses ${{{var}}}, which is not set here",
+                    f"export {var}=... before submitting",
+                )
+
+
 def submit(
     spec: JobSpec, *, store: Store | None = None, environ: dict[str, str] | None = None
 ) -> Job:
@@ -91,6 +116,7 @@ def submit(
             f"secret {missing[0]} is not set in this environment",
             f"export {missing[0]}=... before submitting, or remove it from secrets",
         )
+    _check_telemetry(spec, environ)
     name = spec.name or derive_name(spec.command)
     spec = spec.with_defaults(name=name, backend=backend_name).with_absolute_paths(Path.cwd())
     reconcile(store, admit=False)  # admission follows below, with this job in the queue

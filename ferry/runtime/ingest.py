@@ -4,6 +4,7 @@ since the last read, and store it."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from ferry.store import Store
@@ -11,18 +12,27 @@ from ferry.store import Store
 # At most this much of the file is read per pass, so a flood of reports never stalls the
 # supervisor's loop.
 CHUNK = 4 << 20
+Point = tuple[int, int | None, float, str, float]  # (rank, step, time, name, value)
 
 
 class MetricsReader:
     """Follows one attempt's metrics file."""
 
-    def __init__(self, store: Store, job_id: str, attempt: int, path: Path) -> None:
+    def __init__(
+        self,
+        store: Store,
+        job_id: str,
+        attempt: int,
+        path: Path,
+        listener: Callable[[list[Point]], None] | None = None,
+    ) -> None:
         self.store = store
         self.job_id = job_id
         self.attempt = attempt
         self.path = path
         self.offset = 0
         self.points = 0
+        self.listener = listener  # also told of each batch stored (alerts, exports)
 
     def read(self) -> int:
         """Store the complete lines written since the last call; returns the points stored."""
@@ -37,7 +47,7 @@ class MetricsReader:
             end = data.rfind(b"\n")
             if end < 0:
                 return stored
-            points: list[tuple[int, int | None, float, str, float]] = []
+            points: list[Point] = []
             for line in data[:end].split(b"\n"):
                 try:
                     record = json.loads(line)
@@ -50,6 +60,8 @@ class MetricsReader:
                 except (ValueError, KeyError, TypeError, AttributeError):
                     continue  # a line the script mangled: skip it, keep the rest
             self.store.add_metrics(self.job_id, self.attempt, points)
+            if self.listener and points:
+                self.listener(points)
             self.offset += end + 1
             stored += len(points)
             self.points += len(points)

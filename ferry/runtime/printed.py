@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from ferry.store import Store
@@ -17,6 +18,7 @@ _PAIR = re.compile(
 )
 _STEP_NAMES = ("step", "global_step", "iteration", "iter", "epoch")
 CHUNK = 4 << 20
+Point = tuple[int, int | None, float, str, float]  # (rank, step, time, name, value)
 
 
 def parse_line(
@@ -61,7 +63,13 @@ class PrintedMetricsReader:
     """Follows one attempt's log and stores the metrics its stdout lines print."""
 
     def __init__(
-        self, store: Store, job_id: str, attempt: int, log: Path, patterns: dict[str, str]
+        self,
+        store: Store,
+        job_id: str,
+        attempt: int,
+        log: Path,
+        patterns: dict[str, str],
+        listener: Callable[[list[Point]], None] | None = None,
     ) -> None:
         self.store = store
         self.job_id = job_id
@@ -69,6 +77,7 @@ class PrintedMetricsReader:
         self.log = log
         self.patterns = {name: re.compile(p) for name, p in patterns.items()}
         self.offset = 0
+        self.listener = listener  # also told of each batch stored (alerts, exports)
 
     def read(self, generic: bool = True) -> int:
         """Store what the lines logged since the last call print; returns the points."""
@@ -80,7 +89,7 @@ class PrintedMetricsReader:
             if not block:
                 return stored
             self.offset = offset
-            points: list[tuple[int, int | None, float, str, float]] = []
+            points: list[Point] = []
             for raw in block.split(b"\n")[:-1]:
                 if raw[25:26] != b"O":  # stdout lines only
                     continue
@@ -90,6 +99,8 @@ class PrintedMetricsReader:
                     t = _epoch(at)
                     points += [(0, step, t, k, v) for k, v in metrics.items()]
             self.store.add_metrics(self.job_id, self.attempt, points)
+            if self.listener and points:
+                self.listener(points)
             stored += len(points)
 
 

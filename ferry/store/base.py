@@ -117,6 +117,13 @@ class Store(abc.ABC):
         """Store metric points: (rank, step, time, name, value)."""
 
     @abc.abstractmethod
+    def metrics_after(
+        self, job_id: str, after: int, limit: int = 10_000
+    ) -> list[tuple[int, int, int, int | None, float, str, float | None]]:
+        """Points stored after point id ``after``, oldest first, for followers:
+        (id, attempt, rank, step, time, name, value)."""
+
+    @abc.abstractmethod
     def metric_series(
         self, job_id: str, name: str, max_points: int = 2000
     ) -> list[tuple[float, int | None, float | None]]:

@@ -7,7 +7,6 @@ Writes run in ``BEGIN IMMEDIATE`` transactions with a busy timeout, so many conc
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sqlite3
@@ -548,6 +547,15 @@ class SQLiteStore(Store):
                 [(job_id, attempt, *p) for p in points],
             )
 
+    def metrics_after(
+        self, job_id: str, after: int, limit: int = 10_000
+    ) -> list[tuple[int, int, int, int | None, float, str, float | None]]:
+        return self._read(
+            "SELECT rowid, attempt, rank, step, t, name, value FROM metrics"
+            " WHERE rowid > ? AND job_id = ? ORDER BY rowid LIMIT ?",
+            (after, job_id, limit),
+        )
+
     def metric_series(
         self, job_id: str, name: str, max_points: int = 2000
     ) -> list[tuple[float, int | None, float | None]]:
@@ -602,5 +610,7 @@ class SQLiteStore(Store):
     def __del__(self) -> None:
         # A connection sits in a reference cycle with its statement cache, so without this
         # it would stay open (and be inherited by a fork) until the garbage collector runs.
-        with contextlib.suppress(Exception):  # interpreter shutdown may have torn sqlite3 down
+        try:  # interpreter shutdown may have torn sqlite3 (and contextlib) down
             self.release()
+        except Exception:
+            pass

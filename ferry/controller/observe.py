@@ -1,0 +1,119 @@
+"""What the supervisor watches in an attempt besides its exit: the metrics the script
+reports or prints, telemetry samples, the alert rules, and the TensorBoard export."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+from typing import Any
+
+from ferry.runtime.ingest import MetricsReader
+from ferry.runtime.printed import PrintedMetricsReader
+from ferry.store import Job, Store
+from ferry.telemetry.alerts import Alert, AlertMonitor, Point, Rules
+from ferry.telemetry.notify import Notifier
+
+TENSORBOARD_RUN = "ferry"  # the run (sub-folder of FERRY_TENSORBOARD_DIR) Ferry writes
+
+
+def memory_limit(job: Job) -> float:
+    """The memory the job may use: what it asked for, or this machine's."""
+    if job.allocation.memory:
+        return float(job.allocation.memory)
+    import psutil
+
+    return float(psutil.virtual_memory().total)
+
+
+class Observer:
+    """One attempt's metrics readers, samplers, alert monitor and exports."""
+
+    def __init__(
+        self,
+        store: Store,
+        job: Job,
+        attempt: int,
+        metrics_file: Path,
+        log_path: Path,
+        tensorboard_dir: Path,
+        notifier: Notifier,
+    ) -> None:
+        from ferry.telemetry.tensorboard import EventWriter
+
+        spec = job.spec
+        alerts = spec.get("alerts") or {}
+        self.store = store
+        self.job = job
+        self.attempt = attempt
+        self.notifier = notifier
+        self.stop_on_alert = alerts.get("on_alert") == "stop"
+        self.stopped_by: Alert | None = None  # the alert that ended the attempt
+        self.reader = MetricsReader(store, job.id, attempt, metrics_file, self._points)
+        self.printed = PrintedMetricsReader(
+            store, job.id, attempt, log_path, spec.get("metrics") or {}, self._points
+        )
+        self.monitor = AlertMonitor(Rules.from_spec(alerts), memory_limit(job), time.time())
+        self.tensorboard = (
+            EventWriter(tensorboard_dir / TENSORBOARD_RUN, f"attempt{attempt}")
+            if (spec.get("tracking") or {}).get("tensorboard", True)
+            else None
+        )
+        self._samplers: list[Any] | None = None
+
+    def _points(self, points: list[Point]) -> None:
+        self.monitor.saw_points(points, time.time())
+        if self.tensorboard:
+            self.tensorboard.add(points)
+
+    def read(self) -> None:
+        """Store what the script reported or printed since the last call. Printed metrics
+        are read only while the script reports nothing through runtime.report()."""
+        self.reader.read()
+        before = self.printed.offset
+        self.printed.read(generic=self.reader.points == 0)
+        if self.printed.offset != before:
+            self.monitor.saw_output(time.time())
+        self._flush()
+
+    def sample(self, pid: int) -> None:
+        """Sample the job's processes and GPUs; the first call sets the samplers up."""
+        from ferry.telemetry.sampler import GpuSampler, ProcessTreeSampler
+
+        if self._samplers is None:
+            self._samplers = [GpuSampler(self.job.allocation.gpus)]
+            with contextlib.suppress(Exception):  # the process may be gone already
+                self._samplers.append(ProcessTreeSampler(pid))
+        now = time.time()
+        sample: dict[str, float] = {}
+        for sampler in self._samplers:
+            sample.update(sampler.sample())
+        points: list[Point] = [(0, None, now, k, v) for k, v in sample.items()]
+        self.store.add_metrics(self.job.id, self.attempt, points)
+        self.monitor.saw_sample(sample, now)
+        if self.tensorboard:
+            self.tensorboard.add(points)
+
+    def check(self) -> Alert | None:
+        """Raise the alerts that became due (events, notifications); returns the alert that
+        should stop the attempt (``on_alert: stop``), if any."""
+        for alert in self.monitor.due(time.time()):
+            self.store.add_event(self.job.id, f"alert: {alert.message}")
+            self.notifier.send(alert)
+            if self.stop_on_alert and self.stopped_by is None:
+                self.stopped_by = alert
+        for outcome in self.notifier.outcomes():
+            self.store.add_event(self.job.id, outcome)
+        return self.stopped_by
+
+    def finish(self) -> None:
+        """The attempt ended: take its last metrics."""
+        self.read()
+
+    def _flush(self) -> None:
+        if self.tensorboard:
+            try:
+                self.tensorboard.flush()
+            except OSError as exc:  # a full disk: metrics are in the store; stop exporting
+                self.store.add_event(self.job.id, f"TensorBoard export stopped: {exc}")
+                self.tensorboard = None

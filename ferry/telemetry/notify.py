@@ -1,0 +1,289 @@
+"""Telling people about alerts: a webhook (Slack, Discord or any JSON endpoint), e-mail over
+SMTP, or a shell command.
+
+Notifications are sent from a background thread, so a slow mail server never holds up the
+supervisor's watch loop; ``close()`` waits (bounded) for what is still queued. Each outcome
+becomes an event of the job. Targets may hold ``${NAME}``, filled from the submitter's
+environment at send time: a webhook's secret URL need not be stored anywhere.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import os
+import queue
+import re
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ferry.telemetry.alerts import Alert
+
+TIMEOUT = 10.0  # seconds per delivery attempt
+COMMAND_TIMEOUT = 60.0
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+@dataclass(frozen=True)
+class Target:
+    """One place alerts go."""
+
+    kind: str  # webhook | email | command
+    value: str  # as configured, ${NAME} not yet expanded
+
+    def shown(self) -> str:
+        """How the target appears in events: a webhook by its host only (its path is
+        usually the secret)."""
+        if self.kind == "webhook":
+            from urllib.parse import urlsplit
+
+            return f"webhook to {urlsplit(self.value).hostname or self.value[:12]}"
+        if self.kind == "email":
+            return f"e-mail to {self.value}"
+        return "command"
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """What a notification says about its job."""
+
+    id: str
+    name: str
+    status: str = "RUNNING"
+
+
+@dataclass(frozen=True)
+class MailSettings:
+    server: str = "localhost:25"
+    sender: str | None = None
+    user: str | None = None
+
+
+def targets_for(alerts: dict[str, Any] | None) -> list[Target]:
+    """The job's notify list, or else those set with ``ferry config set alerts.*``."""
+    from ferry import config
+
+    listed = (alerts or {}).get("notify")
+    if listed is not None:
+        out = []
+        for entry in listed:
+            for kind in ("webhook", "email", "command"):
+                if entry.get(kind):
+                    out.append(Target(kind, str(entry[kind])))
+        return out
+    return [
+        Target(kind, str(value))
+        for kind in ("webhook", "email", "command")
+        if (value := config.get(f"alerts.{kind}"))
+    ]
+
+
+def mail_settings() -> MailSettings:
+    from ferry import config
+
+    return MailSettings(
+        server=str(config.get("alerts.smtp_server")),
+        sender=config.get("alerts.smtp_from"),
+        user=config.get("alerts.smtp_user"),
+    )
+
+
+def expand(text: str, env: dict[str, str]) -> str:
+    """``${NAME}`` replaced from ``env``; a name that is not set is an error."""
+
+    def one(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in env:
+            raise ValueError(f"${{{name}}} is not set in the environment the job was sent from")
+        return env[name]
+
+    return _VAR.sub(one, text)
+
+
+def subject(job: JobInfo, alert: Alert) -> str:
+    return f"[ferry] {job.name} ({job.id}): {alert.kind.replace('_', ' ')}"
+
+
+def text(job: JobInfo, alert: Alert) -> str:
+    return f"Ferry job {job.name} ({job.id}): {alert.message}\nDetails: ferry status {job.id}"
+
+
+def send_webhook(url: str, job: JobInfo, alert: Alert) -> None:
+    """POST the alert as JSON: ``{"content": ...}`` to Discord, ``{"text": ...}`` (Slack's
+    field) with the alert's fields to anything else. Retries twice on 5xx or no answer."""
+    import urllib.error
+    import urllib.request
+    from urllib.parse import urlsplit
+
+    body = text(job, alert)
+    host = urlsplit(url).hostname or ""
+    payload: dict[str, Any]
+    if host.endswith(("discord.com", "discordapp.com")):
+        payload = {"content": body[:2000]}
+    elif host.endswith("slack.com"):
+        payload = {"text": body}
+    else:
+        payload = {
+            "text": body,
+            "job_id": job.id,
+            "job_name": job.name,
+            "status": job.status,
+            "alert": alert.kind,
+            "message": alert.message,
+        }
+    data = json.dumps(payload).encode()
+    for attempt in range(3):
+        request = urllib.request.Request(
+            url,
+            data=data,
+            method="POST",
+            headers={"Content-Type": "application/json", "User-Agent": "ferry"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
+                response.read()
+            return
+        except urllib.error.HTTPError as exc:
+            if exc.code < 500 or attempt == 2:
+                raise RuntimeError(f"HTTP {exc.code} {exc.reason}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            if attempt == 2:
+                reason = getattr(exc, "reason", exc)
+                raise RuntimeError(f"no answer: {reason}") from None
+        time.sleep(1.0 + attempt)
+
+
+def send_email(
+    to: str, job: JobInfo, alert: Alert, mail: MailSettings, password: str | None
+) -> None:
+    """Send the alert through the configured SMTP server: STARTTLS when the server offers
+    it (SSL from the start on port 465), and a login when ``alerts.smtp_user`` is set."""
+    import smtplib
+    from email.message import EmailMessage
+
+    from ferry.procs import hostname
+
+    host, _, port_text = mail.server.rpartition(":")
+    host, port = (host, int(port_text)) if host else (mail.server, 25)
+    message = EmailMessage()
+    message["From"] = mail.sender or f"ferry@{hostname()}"
+    message["To"] = to
+    message["Subject"] = subject(job, alert)
+    message.set_content(text(job, alert) + "\n")
+    smtp_class = smtplib.SMTP_SSL if port == 465 else smtplib.SMTP
+    with smtp_class(host, port, timeout=TIMEOUT) as smtp:
+        smtp.ehlo()
+        if port != 465 and smtp.has_extn("starttls"):
+            smtp.starttls()
+            smtp.ehlo()
+        if mail.user:
+            if password is None:
+                raise RuntimeError("alerts.smtp_user is set but $FERRY_SMTP_PASSWORD is not")
+            smtp.login(mail.user, password)
+        smtp.send_message(message, to_addrs=[a.strip() for a in to.split(",")])
+
+
+def run_command(command: str, job: JobInfo, alert: Alert, env: dict[str, str]) -> None:
+    """Run the command with /bin/sh; it sees the alert in FERRY_ALERT_* variables."""
+    from ferry import procs
+
+    variables = {
+        **env,
+        "FERRY_ALERT": alert.kind,
+        "FERRY_ALERT_MESSAGE": alert.message,
+        "FERRY_ALERT_JOB_ID": job.id,
+        "FERRY_ALERT_JOB_NAME": job.name,
+        "FERRY_ALERT_JOB_STATUS": job.status,
+    }
+    proc = subprocess.Popen(
+        ["/bin/sh", "-c", command],
+        env=variables,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    procs.spare(proc.pid)  # not one of the job's leftovers: the attempt's end must not kill it
+    try:
+        _, err = proc.communicate(timeout=COMMAND_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, 9)
+        proc.wait()
+        raise RuntimeError(f"still running after {COMMAND_TIMEOUT:g}s; stopped") from None
+    finally:
+        procs.unspare(proc.pid)
+    if proc.returncode:
+        last = err.decode(errors="replace").strip().splitlines()[-1:] or [""]
+        raise RuntimeError(f"exit code {proc.returncode} {last[0][:200]}".strip())
+
+
+class Notifier:
+    """Sends alerts to every target from one background thread."""
+
+    def __init__(
+        self,
+        targets: list[Target],
+        job: JobInfo,
+        env: dict[str, str],
+        mail: MailSettings | None = None,
+    ) -> None:
+        self.targets = targets
+        self.job = job
+        self.env = env
+        self.mail = mail
+        # what happened to each notification, for the supervisor to record as events (the
+        # store's connection belongs to the supervisor's thread)
+        self._outcomes: collections.deque[str] = collections.deque()
+        self._queue: queue.Queue[tuple[Alert, str] | None] = queue.Queue()
+        self._thread: threading.Thread | None = None
+
+    def send(self, alert: Alert, status: str = "RUNNING") -> None:
+        if not self.targets:
+            return
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="ferry-notify", daemon=True)
+            self._thread.start()
+        self._queue.put((alert, status))
+
+    def close(self, timeout: float = 30.0) -> list[str]:
+        """Wait up to ``timeout`` seconds for queued notifications to go out; returns the
+        outcomes not yet taken."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(timeout)
+            self._thread = None
+        return self.outcomes()
+
+    def outcomes(self) -> list[str]:
+        """What happened to the notifications sent since the last call, one line each."""
+        out = []
+        while self._outcomes:
+            out.append(self._outcomes.popleft())
+        return out
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            alert, status = item
+            job = JobInfo(self.job.id, self.job.name, status)
+            for target in self.targets:
+                try:
+                    self._deliver(target, job, alert)
+                except Exception as exc:  # any failure is the target's; the job goes on
+                    self._outcomes.append(f"alert not sent by {target.shown()}: {exc}")
+                else:
+                    self._outcomes.append(f"alert sent by {target.shown()}")
+
+    def _deliver(self, target: Target, job: JobInfo, alert: Alert) -> None:
+        value = expand(target.value, self.env) if target.kind != "command" else target.value
+        if target.kind == "webhook":
+            send_webhook(value, job, alert)
+        elif target.kind == "email":
+            mail = self.mail or mail_settings()
+            send_email(value, job, alert, mail, self.env.get("FERRY_SMTP_PASSWORD"))
+        else:
+            run_command(value, job, alert, self.env)

@@ -1,0 +1,117 @@
+"""Alert rules: each fires once per episode, with a message a person can act on."""
+
+from __future__ import annotations
+
+import math
+
+from ferry.spec import spec_from_dict
+from ferry.telemetry.alerts import AlertMonitor, Rules
+
+GB = 1e9
+
+
+def monitor(**rules: object) -> AlertMonitor:
+    return AlertMonitor(Rules.from_spec(rules), memory_limit=8 * GB, started=1000.0)
+
+
+def test_nan_and_inf_fire_once_per_metric() -> None:
+    m = monitor()
+    m.saw_points([(0, 10, 1001.0, "loss", 0.5), (0, 11, 1002.0, "loss", math.nan)], 1002.0)
+    m.saw_points([(0, 12, 1003.0, "loss", math.nan), (1, 12, 1003.0, "grad", math.inf)], 1003.0)
+    alerts = m.due(1003.0)
+    assert [a.kind for a in alerts] == ["nan", "nan"]
+    assert alerts[0].message.startswith("loss is NaN at step 11")
+    assert "infinite at step 12 (rank 1)" in alerts[1].message
+    assert m.due(1004.0) == []
+
+
+def test_nan_rule_can_be_switched_off() -> None:
+    m = monitor(nan=False)
+    m.saw_points([(0, 1, 1001.0, "loss", math.nan)], 1001.0)
+    assert m.due(1001.0) == []
+
+
+def test_no_progress_fires_once_per_stall_and_rearms() -> None:
+    m = monitor(no_progress=60.0)
+    assert m.due(1059.0) == []
+    [alert] = m.due(1061.0)
+    assert alert.kind == "no_progress" and alert.message.startswith("no progress for 1m")
+    assert m.due(1200.0) == []  # the same stall
+    m.saw_output(1300.0)  # a log line
+    assert m.due(1350.0) == []
+    assert [a.kind for a in m.due(1361.0)] == ["no_progress"]
+    m.saw_points([(0, 5, 1400.0, "loss", 1.0)], 1400.0)  # a report counts as progress
+    assert m.due(1450.0) == []
+
+
+def test_low_gpu_utilisation_after_its_window_with_the_input_pipeline_hint() -> None:
+    m = monitor(gpu_util_below=20.0, gpu_util_for=300.0)
+    for t in range(1000, 1300, 10):
+        m.saw_sample({"gpu0/util_percent": 5.0, "gpu1/util_percent": 9.0}, float(t))
+    assert m.due(1290.0) == []
+    m.saw_sample({"gpu0/util_percent": 5.0, "gpu1/util_percent": 9.0}, 1300.0)
+    [alert] = m.due(1300.0)
+    assert (
+        alert.kind == "gpu_util"
+        and "2 GPUs averaged 7% utilisation over the last 5m" in alert.message
+    )
+    assert "input pipeline" in alert.message and "num_workers" in alert.message
+    m.saw_sample({"gpu0/util_percent": 4.0}, 1400.0)
+    assert m.due(1400.0) == []  # the same spell
+    m.saw_sample({"gpu0/util_percent": 95.0}, 1410.0)  # busy again: re-armed
+    for t in range(1420, 1800, 10):
+        m.saw_sample({"gpu0/util_percent": 1.0}, float(t))
+    assert [a.kind for a in m.due(1800.0)] == ["gpu_util"]
+
+
+def test_a_busy_gpu_or_no_gpu_never_alerts() -> None:
+    m = monitor()
+    for t in range(1000, 3000, 10):
+        m.saw_sample({"gpu0/util_percent": 97.0, "sys/cpu_percent": 100.0}, float(t))
+        m.saw_output(float(t))
+    assert m.due(3000.0) == []
+    m = monitor()
+    for t in range(1000, 3000, 10):
+        m.saw_sample({"sys/cpu_percent": 100.0}, float(t))
+        m.saw_output(float(t))
+    assert m.due(3000.0) == []
+
+
+def test_memory_near_the_job_limit_and_gpu_memory_near_full() -> None:
+    m = monitor(memory_above=90.0)
+    m.saw_sample({"sys/rss_bytes": 7.0 * GB}, 1001.0)
+    assert m.due(1001.0) == []
+    m.saw_sample({"sys/rss_bytes": 7.5 * GB}, 1002.0)
+    [alert] = m.due(1002.0)
+    assert alert.kind == "memory" and alert.message.startswith("memory at 94% of the job's")
+    assert "resources.memory" in alert.message
+    m.saw_sample({"sys/rss_bytes": 7.6 * GB}, 1003.0)
+    assert m.due(1003.0) == []  # still high: said once
+    m.saw_sample({"sys/rss_bytes": 2 * GB}, 1004.0)
+    m.saw_sample({"sys/rss_bytes": 7.9 * GB}, 1005.0)
+    assert [a.kind for a in m.due(1005.0)] == ["memory"]  # a new episode
+    m.saw_sample({"gpu0/memory_used_bytes": 78 * GB, "gpu0/memory_total_bytes": 80 * GB}, 1006.0)
+    [alert] = m.due(1006.0)
+    assert alert.kind == "gpu_memory" and alert.message.startswith("GPU0 memory at 98%")
+
+
+def test_spec_fields_parse_percentages_durations_and_off() -> None:
+    spec = spec_from_dict(
+        {
+            "command": "python x.py",
+            "alerts": {
+                "no_progress": "off",
+                "gpu_util_below": "25%",
+                "gpu_util_for": "2m",
+                "memory_above": 80,
+                "on_alert": "stop",
+                "notify": [{"webhook": "http://127.0.0.1:9/hook"}, {"email": "a@b.c, d@e.f"}],
+            },
+        }
+    )
+    alerts = spec.alerts
+    assert alerts.no_progress is None and alerts.gpu_util_below == 25.0
+    assert alerts.gpu_util_for == 120.0 and alerts.memory_above == 80.0
+    assert [n.kind for n in alerts.notify or ()] == ["webhook", "email"]
+    rules = Rules.from_spec(spec.to_json()["alerts"])
+    assert rules.no_progress is None and rules.gpu_util_for == 120.0

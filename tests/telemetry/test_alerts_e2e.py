@@ -1,0 +1,101 @@
+"""Alerts raised by a real supervisor, sent to real receivers, and `on_alert: stop`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import assert_one_line_error, ferry, ferry_json, job_status, wait_for
+from tests.telemetry.receivers import smtp_server, webhook_server
+
+pytestmark = pytest.mark.slow
+
+
+def events(job_id: str) -> list[str]:
+    return [e["message"] for e in job_status(job_id)["events"]]
+
+
+def test_nan_alert_stops_the_job_and_the_end_is_announced(home: Path, project: Path) -> None:
+    (project / "train.py").write_text(
+        "import time\nfrom ferry import runtime\n"
+        "for step in range(1, 1000):\n"
+        "    runtime.report(step=step, loss=float('nan') if step >= 5 else 1.0 / step)\n"
+        "    time.sleep(0.05)\n"
+    )
+    with webhook_server() as hook:
+        (project / "job.yaml").write_text(
+            "command: python train.py\n"
+            "alerts:\n"
+            "  on_alert: stop\n"
+            "  notify: [{webhook: '${HOOK_URL}'}]\n"
+        )
+        result = ferry("run", "job.yaml", cwd=project, env={"HOOK_URL": hook.url + "/T/B/x"})
+        assert result.returncode != 0
+        job_id = ferry_json("jobs")[0]["id"]
+        status = job_status(job_id)
+        assert status["status"] == "FAILED"
+        assert status["reason"].startswith("stopped on alert: loss is NaN at step 5")
+        kinds = [body["alert"] for _, body in hook.posts]
+        assert kinds == ["nan", "failed"]
+        assert hook.posts[1][1]["status"] == "FAILED"
+    text = "\n".join(events(job_id))
+    assert "alert: loss is NaN at step 5" in text
+    assert text.count("alert sent by webhook to ${HOOK_URL}") == 2
+    assert "/T/B/x" not in text and "/T/B/x" not in ferry("status", job_id).stdout
+
+
+def test_global_email_settings_and_no_progress(home: Path, project: Path) -> None:
+    with smtp_server() as box:
+        ferry("config", "set", "alerts.email", "me@example.com")
+        ferry("config", "set", "alerts.smtp_server", f"127.0.0.1:{box.port}")
+        (project / "stall.py").write_text(
+            "import time\nprint('loading', flush=True)\ntime.sleep(30)\n"
+        )
+        (project / "job.yaml").write_text(
+            "command: python stall.py\nalerts: {no_progress: 3s, on_alert: stop, on_end: [failed]}\n"
+        )
+        result = ferry("run", "job.yaml", cwd=project)
+        assert result.returncode != 0
+        job_id = ferry_json("jobs")[0]["id"]
+        assert job_status(job_id)["reason"].startswith("stopped on alert: no progress for")
+        wait_for(lambda: len(box.messages) == 2, what="two e-mails")
+    subjects = sorted(m["Subject"] for m in box.messages)
+    assert subjects == [
+        f"[ferry] stall ({job_id}): failed",
+        f"[ferry] stall ({job_id}): no progress",
+    ]
+
+
+def test_memory_near_the_limit_is_an_event_without_notifiers(home: Path, project: Path) -> None:
+    ferry("config", "set", "telemetry.interval", "0.3s")
+    (project / "grow.py").write_text(
+        "import time\nblock = bytearray(80_000_000)\n"
+        "for i in range(0, len(block), 4096): block[i] = 1\n"
+        "time.sleep(4)\n"
+    )
+    (project / "job.yaml").write_text(
+        "command: python grow.py\nresources: {memory: 100MB}\nalerts: {memory_above: 60}\n"
+    )
+    assert ferry("run", "job.yaml", cwd=project).returncode == 0  # notify only: the job goes on
+    job_id = ferry_json("jobs")[0]["id"]
+    [alert] = [e for e in events(job_id) if e.startswith("alert:")]
+    assert "of the job's 100.0 MB" in alert or "of the job's 95.4 MiB" in alert, alert
+    assert job_status(job_id)["status"] == "SUCCEEDED"
+
+
+def test_bad_alert_settings_are_refused_before_the_job_runs(home: Path, project: Path) -> None:
+    cases = {
+        "alerts: {memory_above: 150}": "at most 100",
+        "alerts: {notify: [{webhook: ftp://x}]}": "must be an http:// or https:// URL",
+        "alerts: {notify: [{webhook: 'http://x', email: a@b.c}]}": "names one of webhook, email or command",
+        "alerts: {on_alert: explode}": "on_alert",
+        "alerts: {notify: [{webhook: '${NOT_SET_ANYWHERE}'}]}": "${NOT_SET_ANYWHERE}",
+    }
+    for text, expected in cases.items():
+        (project / "job.yaml").write_text(f"command: python x.py\n{text}\n")
+        line = assert_one_line_error(ferry("run", "job.yaml", cwd=project), 2)
+        assert expected in line, line
+    assert ferry_json("jobs") == []
+    result = ferry("config", "set", "alerts.webhook", "hooks.example.com")
+    assert "http:// or https://" in assert_one_line_error(result, 2)
