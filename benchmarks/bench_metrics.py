@@ -1,5 +1,7 @@
-"""Metrics: the cost of ``runtime.report()`` in a training loop, and ``ferry metrics`` on a
-job with a million points.
+"""Metrics: the cost of ``runtime.report()`` in a training loop (against a bare call and
+against ``mlflow.log_metric`` on a local SQLite store, in the same run), and ``ferry metrics``
+on a job with a million points (ingested as the supervisor does, with and without the
+TensorBoard export).
 
 Budgets (docs: Performance budgets): report() ≤ 20 µs per call (measured against a bare
 Python call with the same arguments, in the same run); a training loop that reports every
@@ -58,6 +60,45 @@ print(best["bare"], best["report"], min(plain), min(reported))
 """
 
 
+MLFLOW = """
+import sys, time, mlflow
+mlflow.set_tracking_uri("sqlite:///" + sys.argv[1])
+n = int(sys.argv[2])
+with mlflow.start_run():
+    for i in range(20):  # warm up
+        mlflow.log_metric("loss", 0.5, step=i)
+    start = time.perf_counter()
+    for i in range(n):
+        mlflow.log_metric("loss", 0.5, step=i)
+    sync_us = (time.perf_counter() - start) / n * 1e6
+    start = time.perf_counter()
+    for i in range(n):
+        mlflow.log_metric("loss", 0.5, step=i, synchronous=False)
+    async_us = (time.perf_counter() - start) / n * 1e6
+print(sync_us, async_us)
+"""
+MLFLOW_CALLS = 300
+
+
+def _mlflow_us(folder: object) -> tuple[float | None, float | None]:
+    """mlflow.log_metric per call (synchronous, and queued with synchronous=False)."""
+    import importlib.util
+
+    if importlib.util.find_spec("mlflow") is None:
+        return None, None
+    result = subprocess.run(
+        [sys.executable, "-c", MLFLOW, f"{folder}/mlflow.db", str(MLFLOW_CALLS)],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        log(f"mlflow comparison failed: {result.stderr.strip().splitlines()[-1:]}")
+        return None, None
+    sync_us, async_us = (float(x) for x in result.stdout.split())
+    return sync_us, async_us
+
+
 def main() -> int:
     with sandbox() as code:
         metrics_file = code / "m.jsonl"
@@ -76,6 +117,13 @@ def main() -> int:
             f"bare call {bare_us:.2f} µs, report() {report_us:.2f} µs; {written} lines written; "
             f"a 1000-step loop: {loop_plain * 1000:.0f} ms, reporting every step {slowdown:+.1%}"
         )
+        mlflow_us, mlflow_async_us = _mlflow_us(code)
+        if mlflow_us is not None and mlflow_async_us is not None:
+            log(
+                f"mlflow.log_metric on SQLite: {mlflow_us:.0f} µs per call, "
+                f"{mlflow_async_us:.1f} µs with synchronous=False "
+                f"(report() is {mlflow_us / report_us:,.0f}x cheaper than the first)"
+            )
 
         # a job with a million points: ingested as the supervisor does, then summarised
         from ferry.runtime.ingest import MetricsReader
@@ -107,6 +155,15 @@ def main() -> int:
         start = time.perf_counter()
         stored = MetricsReader(store, job.id, 1, big).read()
         ingest_s = time.perf_counter() - start
+        # the same points again, as a supervisor also exporting to TensorBoard does
+        from ferry.telemetry.tensorboard import EventWriter
+
+        writer = EventWriter(code / "tb", "bench")
+        start = time.perf_counter()
+        MetricsReader(store, "big-tb", 1, big, writer.add).read()
+        writer.flush()
+        ingest_tb_s = time.perf_counter() - start
+        log(f"ingest with the TensorBoard export: {ingest_tb_s:.2f}s (without: {ingest_s:.2f}s)")
         timings = []
         for _ in range(3):
             start = time.perf_counter()
@@ -145,6 +202,11 @@ def main() -> int:
             "ingest_s": round(ingest_s, 2),
             "ferry_metrics_s": round(summary_s, 3),
             "ferry_metrics_budget_s": BUDGET_SUMMARY_S,
+            "ingest_with_tensorboard_s": round(ingest_tb_s, 2),
+            "mlflow_log_metric_us": None if mlflow_us is None else round(mlflow_us, 1),
+            "mlflow_log_metric_async_us": (
+                None if mlflow_async_us is None else round(mlflow_async_us, 2)
+            ),
         }
     )
     return 0

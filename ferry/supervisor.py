@@ -113,6 +113,10 @@ def run(job_id: str) -> int:
             code = 1
         # a supervisor that failed or was told to stop hands queued jobs to fresh ones
         current = _next_job(store, current, adopt=code == 0 and not control.terminated)
+    from ferry.telemetry.notify import finish_all
+
+    for done_job, outcome in finish_all(timeout=60.0):  # alerts still on their way
+        store.add_event(done_job, outcome)
     return code
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ferry.telemetry import is_telemetry
 from ferry.units import format_duration
 
 if TYPE_CHECKING:
@@ -66,6 +67,6 @@ def progress_of(store: Store, job_id: str) -> Progress:
     out.latest = [
         (name, s.last)
         for name, s in summaries.items()
-        if not name.startswith(("sys/", "gpu")) and name != "steps_total" and s.last is not None
+        if not is_telemetry(name) and name != "steps_total" and s.last is not None
     ]
     return out

@@ -8,6 +8,7 @@ from typing import Any
 
 from ferry.cli._common import add_command, eprint, find_job, store_now
 from ferry.errors import UsageError
+from ferry.telemetry import is_telemetry
 
 EXAMPLE = """\
   ferry compare digits-cnn-3f9a digits-cnn-77c1
@@ -40,9 +41,7 @@ def compare(args: argparse.Namespace) -> int:
     store = store_now()
     jobs = [find_job(store, ref) for ref in args.jobs]
     summaries = {j.id: {s.name: s for s in store.metric_summaries(j.id)} for j in jobs}
-    names = args.metric or sorted(
-        {n for s in summaries.values() for n in s if not n.startswith(("sys/", "gpu"))}
-    )
+    names = args.metric or sorted({n for s in summaries.values() for n in s if not is_telemetry(n)})
     if args.json:
         print(
             json.dumps(

@@ -7,6 +7,7 @@ from typing import Any
 
 from ferry.cli._common import add_command, eprint, find_job, store_now
 from ferry.errors import BackendNotInstalled, UsageError
+from ferry.telemetry import is_telemetry
 
 EXAMPLE = """\
   ferry plot digits-cnn-3f9a                      # sparklines here
@@ -38,7 +39,7 @@ def register(subparsers: Any) -> None:
 
 def default_metrics(names: list[str]) -> list[str]:
     """The script's own metrics first, then GPU utilisation, else CPU use."""
-    own = [n for n in names if not n.startswith(("sys/", "gpu"))]
+    own = [n for n in names if not is_telemetry(n)]
     gpus = [n for n in names if n.startswith("gpu") and n.endswith("/util_percent")]
     return (own + (gpus or [n for n in names if n == "sys/cpu_percent"]))[:MAX_PANELS]
 

@@ -23,6 +23,7 @@ terminal input (their stdin is empty): pass data as arguments, files or inputs.
 EXAMPLE = """\
   ferry run -- python train.py --epochs 1
   ferry run job.yaml --accelerator A100:1 --max-runtime 6h
+  ferry run --notify webhook='${SLACK_WEBHOOK}' --on-alert stop -- python train.py
   JOB=$(ferry run --detach job.yaml) && ferry logs -f "$JOB"
 """
 
@@ -84,6 +85,18 @@ def register(subparsers: Any) -> None:
         "--retries", type=int, metavar="N", help="retries after a failing exit (retries.on_error)"
     )
     p.add_argument(
+        "--notify",
+        action="append",
+        metavar="KIND=TARGET",
+        help="send alerts to webhook=URL, email=ADDRESS or command=CMD (repeatable)",
+    )
+    p.add_argument(
+        "--on-alert",
+        choices=("notify", "stop"),
+        help="stop: end the job at its first alert (NaN, no progress, low GPU use, memory)",
+    )
+    p.add_argument("--mlflow", metavar="URI", help="also send metrics to this MLflow tracking URI")
+    p.add_argument(
         "--shell", action="store_true", default=None, help="run the command through /bin/sh"
     )
     p.add_argument(
@@ -144,6 +157,22 @@ def overrides_from(args: argparse.Namespace, command: list[str] | None) -> dict[
         out["limits"] = limits
     if args.retries is not None:
         out["retries"] = {"on_error": args.retries}
+    alerts: dict[str, Any] = {}
+    if args.notify:
+        alerts["notify"] = []
+        for item in args.notify:
+            kind, sep, target = item.partition("=")
+            if not sep or kind not in ("webhook", "email", "command") or not target:
+                raise UsageError(
+                    f"--notify expects webhook=URL, email=ADDRESS or command=CMD, not {item!r}"
+                )
+            alerts["notify"].append({kind: target})
+    if args.on_alert:
+        alerts["on_alert"] = args.on_alert
+    if alerts:
+        out["alerts"] = alerts
+    if args.mlflow:
+        out["tracking"] = {"mlflow": args.mlflow}
     if command:
         out["command"] = command
     return out

@@ -77,7 +77,7 @@ def _launch_env(job: Job) -> dict[str, str]:
 
 def supervise(job_id: str, control: Control, store: Store | None = None) -> None:
     """Run a job's attempts to the end. Called in the detached supervisor process."""
-    from ferry.telemetry.notify import JobInfo, Notifier, targets_for
+    from ferry.telemetry.notify import JobInfo, Notifier, end_alert, targets_for
 
     store = store or open_store()
     job = store.get_job(job_id)
@@ -92,12 +92,10 @@ def supervise(job_id: str, control: Control, store: Store | None = None) -> None
         _run_attempts(job_id, control, store, notifier)
     finally:
         job = store.get_job(job_id)
-        ended = job.status.value.lower()
-        if job.status.is_terminal() and ended in alerts.get("on_end", ("succeeded", "failed")):
-            from ferry.telemetry.alerts import Alert
-
-            notifier.send(Alert(ended, f"{ended}: {job.reason}"), job.status.value)
-        for outcome in notifier.close():
+        ending = end_alert(job.status.value, job.reason, alerts)
+        if job.status.is_terminal() and ending:
+            notifier.send(ending, job.status.value)
+        for outcome in notifier.detach():  # the rest is recorded when the supervisor exits
             store.add_event(job_id, outcome)
         if tracker is not None:
             tracker.poll()  # collected if it has ended; it goes on by itself otherwise

@@ -312,11 +312,15 @@ def reconcile(store: Store, admit: bool = True) -> list[Job]:
         try:
             reason = "supervisor lost (it stopped without recording how the job ended)"
             if job.status is _S.CANCELLING:
-                lost.append(_finish_job(store, job.id, _S.CANCELLED, "cancelled; " + reason))
+                ended = _finish_job(store, job.id, _S.CANCELLED, "cancelled; " + reason)
             else:
-                lost.append(_finish_job(store, job.id, _S.FAILED, reason))
+                ended = _finish_job(store, job.id, _S.FAILED, reason)
         except TransitionError:
             continue  # its supervisor finished it meanwhile
+        lost.append(ended)
+        from ferry.telemetry.notify import announce_end
+
+        announce_end(ended.id, ended.status.value, ended.spec)  # its supervisor would have
     if admit:
         waiting = store.list_jobs([_S.QUEUED], limit=1)
         for backend in sorted({job.backend for job in [*lost, *waiting]}):

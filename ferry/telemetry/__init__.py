@@ -1,1 +1,13 @@
-"""What the supervisor measures about a running job: its process tree and its GPUs."""
+"""What the supervisor measures and watches: samplers, alert rules, notifiers, exports."""
+
+from __future__ import annotations
+
+import re
+
+_TELEMETRY = re.compile(r"(?:sys|host|gpu\d+)/")
+
+
+def is_telemetry(name: str) -> bool:
+    """Whether a metric is one the supervisor sampled (``sys/*``, ``host/*``, ``gpu<i>/*``)
+    rather than one the script reported."""
+    return _TELEMETRY.match(name) is not None

@@ -250,6 +250,15 @@ class Notifier:
             self._thread.start()
         self._queue.put((alert, status))
 
+    def detach(self) -> list[str]:
+        """Let what is queued go out in the background while this process goes on (with
+        the next job); :func:`finish_all` waits for it before the process ends. Returns
+        the outcomes known so far."""
+        if self._thread is not None:
+            self._queue.put(None)
+            _detached.append(self)
+        return self.outcomes()
+
     def close(self, timeout: float = 30.0) -> list[str]:
         """Wait up to ``timeout`` seconds for queued notifications to go out; returns the
         outcomes not yet taken."""
@@ -287,3 +296,72 @@ class Notifier:
             send_email(value, job, alert, mail, self.env.get("FERRY_SMTP_PASSWORD"))
         else:
             run_command(value, job, alert, self.env)
+
+
+_detached: list[Notifier] = []
+
+
+def finish_all(timeout: float) -> list[tuple[str, str]]:
+    """Wait, ``timeout`` seconds at most in all, for detached notifiers to finish; returns
+    (job id, outcome) of what they did."""
+    end = time.monotonic() + timeout
+    out: list[tuple[str, str]] = []
+    while _detached:
+        notifier = _detached.pop()
+        if notifier._thread is not None:
+            notifier._thread.join(max(0.0, end - time.monotonic()))
+        out += [(notifier.job.id, outcome) for outcome in notifier.outcomes()]
+    return out
+
+
+def end_alert(status: str, reason: str | None, alerts: dict[str, Any] | None) -> Alert | None:
+    """The alert announcing a job's end, if its ``alerts.on_end`` asks for one."""
+    ended = status.lower()
+    if ended not in (alerts or {}).get("on_end", ("succeeded", "failed")):
+        return None
+    return Alert(ended, f"{ended}: {reason}" if reason else ended)
+
+
+def announce_end(job_id: str, status: str, spec: dict[str, Any]) -> None:
+    """Announce the end of a job whose supervisor is gone, from a process of its own (the
+    command that noticed it does not wait on a slow receiver)."""
+    import sys
+
+    from ferry.errors import FerryError
+
+    alerts = spec.get("alerts")
+    try:
+        if end_alert(status, None, alerts) is None or not targets_for(alerts):
+            return
+    except FerryError:  # a config file edited into nonsense: nowhere to send it
+        return
+    subprocess.Popen(
+        [sys.executable, "-m", "ferry.telemetry.notify", job_id],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def _main(job_id: str) -> int:
+    from ferry.controller.attempts import _launch_env
+    from ferry.store import open_store
+
+    store = open_store()
+    job = store.get_job(job_id)
+    alerts = job.spec.get("alerts") or {}
+    alert = end_alert(job.status.value, job.reason, alerts)
+    if alert is None:
+        return 0
+    notifier = Notifier(targets_for(alerts), JobInfo(job.id, job.name), _launch_env(job))
+    notifier.send(alert, job.status.value)
+    for outcome in notifier.close(timeout=120.0):
+        store.add_event(job_id, outcome)
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(_main(sys.argv[1]))

@@ -12,7 +12,8 @@ from typing import Any
 
 
 class ProcessTreeSampler:
-    """CPU %, resident memory and disk I/O of a process and everything below it.
+    """CPU %, resident memory and disk I/O of a process and everything below it, and the
+    machine's network traffic.
 
     CPU % is each process's CPU time since the previous sample (or since it started) over
     the time between, summed: 200 means two cores busy.
@@ -53,13 +54,20 @@ class ProcessTreeSampler:
         self._last = seen
         if not seen:
             return {}
-        return {
+        out = {
             "sys/cpu_percent": cpu,
             "sys/rss_bytes": rss,
             "sys/read_bytes": read,
             "sys/write_bytes": written,
             "sys/processes": float(len(seen)),
         }
+        # Network traffic is counted per network namespace, not per process: a local job
+        # shares the machine's, so these are the machine's totals.
+        with contextlib.suppress(Exception):
+            net = psutil.net_io_counters()
+            out["host/net_recv_bytes"] = float(net.bytes_recv)
+            out["host/net_sent_bytes"] = float(net.bytes_sent)
+        return out
 
 
 class GpuSampler:

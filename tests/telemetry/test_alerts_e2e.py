@@ -36,10 +36,14 @@ def test_nan_alert_stops_the_job_and_the_end_is_announced(home: Path, project: P
         status = job_status(job_id)
         assert status["status"] == "FAILED"
         assert status["reason"].startswith("stopped on alert: loss is NaN at step 5")
+        wait_for(lambda: len(hook.posts) == 2, what="the alert and the end posted")
         kinds = [body["alert"] for _, body in hook.posts]
         assert kinds == ["nan", "failed"]
         assert hook.posts[1][1]["status"] == "FAILED"
-    text = "\n".join(events(job_id))
+    text = wait_for(
+        lambda: (t := "\n".join(events(job_id))).count("alert sent by webhook") == 2 and t,
+        what="both deliveries recorded",
+    )
     assert "alert: loss is NaN at step 5" in text
     assert text.count("alert sent by webhook to ${HOOK_URL}") == 2
     assert "/T/B/x" not in text and "/T/B/x" not in ferry("status", job_id).stdout
@@ -99,3 +103,66 @@ def test_bad_alert_settings_are_refused_before_the_job_runs(home: Path, project:
     assert ferry_json("jobs") == []
     result = ferry("config", "set", "alerts.webhook", "hooks.example.com")
     assert "http:// or https://" in assert_one_line_error(result, 2)
+
+
+def test_alert_flags_and_a_command_notifier(home: Path, project: Path, tmp_path: Path) -> None:
+    said = tmp_path / "said.txt"
+    (project / "train.py").write_text(
+        "import time\nfrom ferry import runtime\n"
+        "runtime.report(step=1, loss=float('inf'))\ntime.sleep(30)\n"
+    )
+    result = ferry(
+        "run",
+        "--notify",
+        f'command=echo "$FERRY_ALERT $FERRY_ALERT_JOB_STATUS" >> {said}',
+        "--on-alert",
+        "stop",
+        "--",
+        "python",
+        "train.py",
+        cwd=project,
+    )
+    assert result.returncode != 0
+    job_id = ferry_json("jobs")[0]["id"]
+    assert "stopped on alert: loss is infinite at step 1" in job_status(job_id)["reason"]
+    wait_for(lambda: said.exists() and len(said.read_text().splitlines()) == 2, what="2 lines")
+    assert said.read_text().splitlines() == ["nan RUNNING", "failed FAILED"]
+    line = assert_one_line_error(
+        ferry("run", "--notify", "pager=123", "--", "true", cwd=project), 2
+    )
+    assert "--notify expects webhook=URL, email=ADDRESS or command=CMD" in line
+
+
+def test_a_lost_supervisor_is_announced_by_the_command_that_notices(
+    home: Path, project: Path
+) -> None:
+    import os
+    import signal
+
+    from ferry.store import open_store
+    from tests.conftest import submit
+
+    (project / "sleep.py").write_text("import time\nprint('up', flush=True)\ntime.sleep(60)\n")
+    with webhook_server() as hook:
+        job_id = submit(
+            "--notify", f"webhook={hook.url}/x", "--", "python", "sleep.py", cwd=project
+        )
+        wait_for(lambda: job_status(job_id)["status"] == "RUNNING", what="RUNNING")
+        supervisor = open_store().get_job(job_id).supervisor_pid
+        assert supervisor
+        os.kill(supervisor, signal.SIGKILL)
+
+        def gone() -> bool:
+            try:
+                os.kill(supervisor, 0)
+            except ProcessLookupError:
+                return True
+            return False
+
+        wait_for(gone, what="the supervisor to die")
+        ferry_json("jobs")  # notices, marks the job failed, announces it
+        wait_for(lambda: hook.posts, what="the announcement")
+    [(_, body)] = hook.posts
+    assert body["alert"] == "failed" and body["status"] == "FAILED"
+    assert "supervisor lost" in body["message"]
+    wait_for(lambda: "alert sent by webhook to 127.0.0.1" in events(job_id), what="the event")
