@@ -141,8 +141,10 @@ class _StatusLine:
     def __init__(self, progress: bool) -> None:
         self.shown = ""
         self.enabled = sys.stderr.isatty()
-        self.progress = progress and self.enabled
+        self.progress = progress
         self.next_progress = 0.0
+        self.next_alerts = 0.0
+        self.alerts_seen = 0
         self.staging = False
 
     def clear(self) -> None:
@@ -162,12 +164,31 @@ class _StatusLine:
             sys.stderr.flush()
             self.shown = line
 
+    def alerts(self, store: Store, job: Job) -> None:
+        """Print the job's alerts raised since the last call, as they happen."""
+        from ferry.telemetry import ALERT_PREFIX, is_alert
+
+        now = time.monotonic()
+        if now < self.next_alerts:
+            return
+        self.next_alerts = now + _PROGRESS_EVERY
+        found = [e.message for e in store.events(job.id) if is_alert(e.message)]
+        if len(found) > self.alerts_seen:
+            self.clear()
+            for message in found[self.alerts_seen :]:
+                print(f"ferry: ALERT {message.removeprefix(ALERT_PREFIX)}", file=sys.stderr)
+            sys.stderr.flush()
+            self.redraw()
+            self.alerts_seen = len(found)
+
     def show(self, store: Store, job: Job) -> None:
+        if self.progress:  # the attached `ferry run`, terminal or not
+            self.alerts(store, job)
         if not self.enabled:
             return
         if self._staging(job):
             return
-        if self.progress and job.status is JobStatus.RUNNING:
+        if self.progress and job.status is JobStatus.RUNNING:  # (on a terminal)
             now = time.monotonic()
             if now >= self.next_progress:
                 from ferry.cli._progress import progress_of
@@ -179,7 +200,11 @@ class _StatusLine:
                 self._set(f"ferry: {line}" if line else "")
 
     def final(self, store: Store, job: Job) -> None:
-        """The job has ended: show its progress as it ended, if it was being shown."""
+        """The job has ended: show its last alerts, and its progress as it ended if it was
+        being shown."""
+        if self.progress:
+            self.next_alerts = 0.0
+            self.alerts(store, job)
         if self.shown and self.progress and not self.staging:
             from ferry.cli._progress import progress_of
 

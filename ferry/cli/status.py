@@ -19,6 +19,7 @@ from ferry.cli._common import (
     runtime,
     store_now,
 )
+from ferry.telemetry import ALERT_PREFIX, is_alert
 
 EXAMPLE = """\
   ferry status digits-cnn-3f9a
@@ -153,6 +154,10 @@ def status(args: argparse.Namespace) -> int:
     if job.ended_at:
         head.add_row("Ended", local_time(job.ended_at))
     head.add_row("Runtime", runtime(job))
+    alerts = [e.message.removeprefix(ALERT_PREFIX) for e in events if is_alert(e.message)]
+    if alerts:
+        more = f" (and {len(alerts) - 1} more below)" if len(alerts) > 1 else ""
+        head.add_row("Alerts", f"[red]{alerts[-1]}[/]{more}")
     head.add_row("Outputs", _outputs_summary(job.outputs))
     head.add_row(
         "Logs",
@@ -183,7 +188,10 @@ def status(args: argparse.Namespace) -> int:
             change = (
                 f"{e.old_status or ''} → {e.new_status}".strip(" →") if e.new_status else "note"
             )
-            t.add_row(local_time(e.at), change.lstrip("→ ").strip(), e.message)
+            message = e.message
+            if is_alert(message):
+                change, message = "[red]alert[/]", message.removeprefix(ALERT_PREFIX)
+            t.add_row(local_time(e.at), change.lstrip("→ ").strip(), message)
         console.print()
         console.print(t)
     return 0

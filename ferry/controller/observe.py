@@ -11,6 +11,7 @@ from typing import Any
 from ferry.runtime.ingest import MetricsReader
 from ferry.runtime.printed import PrintedMetricsReader
 from ferry.store import Job, Store
+from ferry.telemetry import ALERT_PREFIX
 from ferry.telemetry.alerts import Alert, AlertMonitor, Point, Rules
 from ferry.telemetry.notify import Notifier
 
@@ -98,7 +99,7 @@ class Observer:
         """Raise the alerts that became due (events, notifications); returns the alert that
         should stop the attempt (``on_alert: stop``), if any."""
         for alert in self.monitor.due(time.time()):
-            self.store.add_event(self.job.id, f"alert: {alert.message}")
+            self.store.add_event(self.job.id, ALERT_PREFIX + alert.message)
             self.notifier.send(alert)
             if self.stop_on_alert and self.stopped_by is None:
                 self.stopped_by = alert

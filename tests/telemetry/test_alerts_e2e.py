@@ -32,6 +32,7 @@ def test_nan_alert_stops_the_job_and_the_end_is_announced(home: Path, project: P
         )
         result = ferry("run", "job.yaml", cwd=project, env={"HOOK_URL": hook.url + "/T/B/x"})
         assert result.returncode != 0
+        assert "ferry: ALERT loss is NaN at step 5" in result.stderr  # as it happened
         job_id = ferry_json("jobs")[0]["id"]
         status = job_status(job_id)
         assert status["status"] == "FAILED"
