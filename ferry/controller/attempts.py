@@ -205,6 +205,7 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
             Path(attempt.log_path),
             dirs.tensorboard,
             notifier,
+            Path(env["CLOUD_ML_HP_METRIC_FILE"]),
         )
         argv = _command_argv(spec)
         container = spec.get("paths") == "container"

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ferry.runtime.ingest import MetricsReader
+from ferry.runtime.ingest import HypertuneReader, MetricsReader
 from ferry.runtime.printed import PrintedMetricsReader
 from ferry.store import Job, Store
 from ferry.telemetry import ALERT_PREFIX
@@ -39,6 +39,7 @@ class Observer:
         log_path: Path,
         tensorboard_dir: Path,
         notifier: Notifier,
+        hypertune_file: Path | None = None,
     ) -> None:
         from ferry.telemetry.tensorboard import EventWriter
 
@@ -53,6 +54,11 @@ class Observer:
         self.reader = MetricsReader(store, job.id, attempt, metrics_file, self._points)
         self.printed = PrintedMetricsReader(
             store, job.id, attempt, log_path, spec.get("metrics") or {}, self._points
+        )
+        self.hypertune = (
+            HypertuneReader(store, job.id, attempt, hypertune_file, self._points)
+            if hypertune_file
+            else None
         )
         self.monitor = AlertMonitor(Rules.from_spec(alerts), memory_limit(job), time.time())
         self.tensorboard = (
@@ -71,6 +77,8 @@ class Observer:
         """Store what the script reported or printed since the last call. Printed metrics
         are read only while the script reports nothing through runtime.report()."""
         self.reader.read()
+        if self.hypertune:
+            self.hypertune.read()
         before = self.printed.offset
         self.printed.read(generic=self.reader.points == 0)
         if self.printed.offset != before:

@@ -67,3 +67,57 @@ class MetricsReader:
             self.points += len(points)
             if len(data) < CHUNK:
                 return stored
+
+
+class HypertuneReader:
+    """Follows cloudml-hypertune's metric file (``CLOUD_ML_HP_METRIC_FILE``). The library
+    rewrites the whole file on each report, keeping the last 100 entries (one JSON object a
+    line: the metric's tag and value as text, ``global_step``, ``timestamp``), so entries
+    are taken by their timestamp rather than by file offset."""
+
+    _NOT_METRICS = frozenset({"timestamp", "global_step", "trial", "checkpoint_path"})
+
+    def __init__(
+        self,
+        store: Store,
+        job_id: str,
+        attempt: int,
+        path: Path,
+        listener: Callable[[list[Point]], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.job_id = job_id
+        self.attempt = attempt
+        self.path = path
+        self.listener = listener
+        self.last = 0.0  # timestamp of the newest entry stored
+
+    def read(self) -> int:
+        try:
+            lines = self.path.read_bytes().splitlines()
+        except OSError:
+            return 0
+        points: list[Point] = []
+        newest = self.last
+        for line in lines:
+            try:
+                entry = json.loads(line)
+                t = float(entry["timestamp"])
+                step = int(float(entry.get("global_step") or 0))
+            except (ValueError, KeyError, TypeError, AttributeError):
+                continue  # a line being rewritten: the next read sees it whole
+            if t <= self.last:
+                continue
+            for key, value in entry.items():
+                if key in self._NOT_METRICS:
+                    continue
+                try:
+                    points.append((0, step, t, str(key), float(value)))
+                except (TypeError, ValueError):
+                    continue
+            newest = max(newest, t)
+        self.last = newest
+        self.store.add_metrics(self.job_id, self.attempt, points)
+        if self.listener and points:
+            self.listener(points)
+        return len(points)

@@ -156,13 +156,17 @@ def test_metrics_reported_through_cloudml_hypertune_are_picked_up(
     home: Path, project: Path
 ) -> None:
     (project / "tune.py").write_text(
-        "import hypertune\n"
+        "import time, hypertune\n"
         "h = hypertune.HyperTune()\n"
-        "for step in (1, 2, 3):\n"
+        "for step in (1, 2, 3, 4, 5):\n"
         "    h.report_hyperparameter_tuning_metric(hyperparameter_metric_tag='accuracy', metric_value=0.5 + step / 10, global_step=step)\n"
+        "    time.sleep(0.6)  # read while it runs, and again at the end: each entry once\n"
     )
     (project / "job.yaml").write_text("command: python tune.py\ncontract: vertex\n")
     result = ferry("run", "job.yaml", cwd=project)
     assert result.returncode == 0, result.stderr
-    events = [e["message"] for e in job_status(ferry_json("jobs")[0]["id"])["events"]]
-    assert "metrics reported through cloudml-hypertune: accuracy=0.8 at step 3" in events
+    job_id = ferry_json("jobs")[0]["id"]
+    events = [e["message"] for e in job_status(job_id)["events"]]
+    assert "metrics reported through cloudml-hypertune: accuracy=1.0 at step 5" in events
+    [accuracy] = [m for m in ferry_json("metrics", job_id) if m["name"] == "accuracy"]
+    assert accuracy["points"] == 5 and accuracy["last"] == 1.0 and accuracy["last_step"] == 5
