@@ -69,14 +69,22 @@ def _text(value: str) -> str:
 
 
 def _url(value: str) -> str:
-    if not value.startswith(("http://", "https://", "${")):
-        raise ValueError(f"expected an http:// or https:// URL, not {value!r}")
+    from ferry.spec import check_webhook
+
+    check_webhook(value)
     return value
 
 
 def _addresses(value: str) -> str:
     if not all("@" in a for a in value.split(",")):
         raise ValueError(f"expected e-mail addresses such as me@example.com, not {value!r}")
+    return value
+
+
+def _tracking_uri(value: str) -> str:
+    from ferry.spec import check_tracking_uri
+
+    check_tracking_uri(value)
     return value
 
 
@@ -131,7 +139,9 @@ SETTINGS: dict[str, Setting] = {
     "alerts.smtp_user": Setting(
         _text, None, "SMTP login; the password is read from $FERRY_SMTP_PASSWORD"
     ),
-    "tracking.mlflow": Setting(_text, None, "MLflow tracking URI every job reports to"),
+    "tracking.mlflow": Setting(
+        _tracking_uri, None, "MLflow tracking URI every job reports to (paths: absolute)"
+    ),
     "snapshot.max_size": Setting(
         parse_size, defaults.MAX_SNAPSHOT_BYTES, "largest code snapshot accepted"
     ),

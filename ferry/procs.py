@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import threading
 from functools import cache
 
 
@@ -84,12 +85,16 @@ def is_supervisor(pid: int) -> bool:
         return False
 
 
+# Helpers the supervisor starts itself (an alert command, the MLflow tracker): not part of
+# any job, so neither killed nor reaped by the cleanup below; whoever started one waits for
+# it and then unspares it (until then its pid cannot be reused: it is not reaped).
 _spared: set[int] = set()
+SPAWN_LOCK = threading.Lock()  # held while starting a helper and while killing leftovers
 
 
 def spare(pid: int) -> None:
-    """Keep ``pid`` (a helper the supervisor started, such as an alert command) out of
-    :func:`kill_descendants`."""
+    """Keep ``pid`` out of :func:`kill_descendants` and :func:`reap_children`; call while
+    holding :data:`SPAWN_LOCK` since before the process was started."""
     _spared.add(pid)
 
 
@@ -101,25 +106,35 @@ def kill_descendants() -> None:
     """SIGKILL every process below this one and reap them (this process is a subreaper, so
     that includes those that left the job's process group). Supervisors of other jobs, and
     what runs under them, are spared: a job may submit jobs of its own."""
-    for _ in range(10):  # killed processes' orphans re-parent to us: repeat until none
-        pending = [
-            pid for pid in children(os.getpid()) if pid not in _spared and not is_supervisor(pid)
-        ]
-        if not pending:
-            break
-        stack = list(pending)
-        while stack:
-            pid = stack.pop()
-            stack += [c for c in children(pid) if not is_supervisor(c)]
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        for pid in pending:
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, 0)
+    with SPAWN_LOCK:
+        for _ in range(10):  # killed processes' orphans re-parent to us: repeat until none
+            pending = [
+                pid
+                for pid in children(os.getpid())
+                if pid not in _spared and not is_supervisor(pid)
+            ]
+            if not pending:
+                break
+            stack = list(pending)
+            while stack:
+                pid = stack.pop()
+                stack += [c for c in children(pid) if not is_supervisor(c)]
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            for pid in pending:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, 0)
 
 
 def reap_children() -> None:
-    """Collect every child that has exited (zombies still count as members of their group)."""
+    """Collect every child that has exited (zombies still count as members of their group),
+    except spared helpers, whose exit status belongs to whoever started them."""
+    if _spared:
+        for pid in children(os.getpid()):
+            if pid not in _spared:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)
+        return
     with contextlib.suppress(ChildProcessError):
         while os.waitpid(-1, os.WNOHANG)[0]:
             continue

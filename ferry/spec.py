@@ -159,6 +159,24 @@ def _percent(value: object) -> float | None:
     return number
 
 
+def check_webhook(url: str) -> None:
+    """Refuse a webhook that is not an http(s) URL with a host (or a ``${NAME}`` to expand)."""
+    from urllib.parse import urlsplit
+
+    if url.startswith("${"):  # checked once expanded, when an alert is sent
+        return
+    try:
+        parts = urlsplit(url)
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname) and " " not in url
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(
+            "a webhook must be an http:// or https:// URL with a host, or ${NAME} to take"
+            " it from the environment"
+        )
+
+
 class Notify(_Model):
     """Where alerts go: one of a webhook URL, e-mail addresses or a shell command.
 
@@ -174,8 +192,8 @@ class Notify(_Model):
         given = [k for k in ("webhook", "email", "command") if getattr(self, k)]
         if len(given) != 1:
             raise ValueError("each notify entry names one of webhook, email or command")
-        if self.webhook and not re.match(r"^(https?://|\$\{)", self.webhook):
-            raise ValueError(f"webhook {self.webhook!r} must be an http:// or https:// URL")
+        if self.webhook:
+            check_webhook(self.webhook)
         if self.email and not all("@" in a for a in self.email.split(",")):
             raise ValueError(f"email {self.email!r} is not an address such as me@example.com")
         return self
@@ -196,7 +214,9 @@ class Alerts(_Model):
     no_progress: float | None = 1800.0  # no report and no log line for this long
     gpu_util_below: float | None = 10.0  # mean utilisation of the job's GPUs (percent) ...
     gpu_util_for: float = 600.0  # ... for this long
-    memory_above: float | None = 90.0  # percent of the job's memory, or of a GPU's
+    memory_above: float | None = 90.0  # percent of the job's memory
+    # percent of a GPU's memory; off by default: TensorFlow and JAX reserve nearly all of it
+    gpu_memory_above: float | None = None
     on_end: tuple[Literal["succeeded", "failed", "cancelled"], ...] = ("succeeded", "failed")
     notify: tuple[Notify, ...] | None = None  # default: the alerts.* settings of ferry config
     on_alert: Literal["notify", "stop"] = "notify"  # stop: end the job at its first alert
@@ -211,10 +231,25 @@ class Alerts(_Model):
     def _for(cls, value: object) -> float:
         return parse_duration(value)
 
-    @field_validator("gpu_util_below", "memory_above", mode="before")
+    @field_validator("gpu_util_below", "memory_above", "gpu_memory_above", mode="before")
     @classmethod
     def _percentages(cls, value: object) -> float | None:
         return _percent(value)
+
+
+def check_tracking_uri(uri: str) -> None:
+    """Refuse an MLflow tracking URI holding a password (it would be stored)."""
+    from urllib.parse import urlsplit
+
+    try:
+        password = urlsplit(uri).password
+    except ValueError:
+        raise ValueError(f"{uri!r} is not a valid tracking URI") from None
+    if password is not None:
+        raise ValueError(
+            "a password in the tracking URI would be stored with the job; set"
+            " MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD in the environment"
+        )
 
 
 class Tracking(_Model):
@@ -227,11 +262,8 @@ class Tracking(_Model):
     @field_validator("mlflow")
     @classmethod
     def _no_password(cls, value: str | None) -> str | None:
-        if value and re.match(r"^[a-z+]+://[^/@]*:[^/@]*@", value):
-            raise ValueError(
-                "a password in the tracking URI would be stored with the job; set"
-                " MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD in the environment"
-            )
+        if value:
+            check_tracking_uri(value)
         return value
 
 

@@ -104,12 +104,7 @@ def run(job_id: str) -> int:
     code = 0
     current: str | None = job_id
     while current is not None:
-        try:
-            supervise(current, control, store)
-        except Exception as exc:
-            print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} supervisor failed:", file=sys.stderr)
-            traceback.print_exc()
-            _record_crash(current, exc)
+        if not supervise(current, control, store, on_crash=_record_crash):
             code = 1
         # a supervisor that failed or was told to stop hands queued jobs to fresh ones
         current = _next_job(store, current, adopt=code == 0 and not control.terminated)
@@ -145,6 +140,8 @@ def _install_signals() -> Control:
 
 
 def _record_crash(job_id: str, exc: Exception) -> None:
+    print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} supervisor failed:", file=sys.stderr)
+    traceback.print_exc()
     from ferry.controller.jobs import _finish_job
     from ferry.errors import TransitionError
     from ferry.procs import kill_descendants

@@ -159,6 +159,17 @@ class _StatusLine:
             sys.stderr.flush()
 
     def _set(self, line: str) -> None:
+        """Show ``line``, cut to the terminal's width (a wrapped line could not be redrawn
+        in place) and without control characters (metric names come from the script)."""
+        import os
+
+        line = "".join(c if c.isprintable() else "?" for c in line)
+        try:
+            width = os.get_terminal_size(sys.stderr.fileno()).columns or 80  # 0: not set
+        except OSError:
+            width = 80
+        if len(line) >= width:
+            line = line[: max(width - 2, 0)] + "…"
         if line != self.shown:
             sys.stderr.write("\r\033[K" + line)
             sys.stderr.flush()

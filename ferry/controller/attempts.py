@@ -9,13 +9,14 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ferry import config, defaults
 from ferry.contract.env import env_key
-from ferry.controller.jobs import _S, LAUNCH_FILE, _finish_job, describe_exit
+from ferry.controller.jobs import _S, _finish_job, describe_exit, submitted_env
 from ferry.controller.observe import Observer
 from ferry.errors import FerryError, TransitionError
 from ferry.procs import hostname, start_time
@@ -62,11 +63,7 @@ def _command_argv(spec: dict[str, Any]) -> list[str]:
 
 
 def _launch_env(job: Job) -> dict[str, str]:
-    try:
-        with open(Path(job.job_dir) / LAUNCH_FILE) as file:
-            env: dict[str, str] = json.load(file)["env"]
-    except (OSError, ValueError, KeyError):
-        env = {k: v for k, v in os.environ.items()}
+    env = submitted_env(job) or dict(os.environ)
     # `python` in the command means the interpreter Ferry runs with (environment: current).
     bin_dir = str(Path(sys.executable).parent)
     path = env.get("PATH", os.defpath)
@@ -75,8 +72,14 @@ def _launch_env(job: Job) -> dict[str, str]:
     return env
 
 
-def supervise(job_id: str, control: Control, store: Store | None = None) -> None:
-    """Run a job's attempts to the end. Called in the detached supervisor process."""
+def supervise(
+    job_id: str,
+    control: Control,
+    store: Store | None = None,
+    on_crash: Callable[[str, Exception], None] | None = None,
+) -> bool:
+    """Run a job's attempts to the end. Called in the detached supervisor process. An
+    unexpected error is handed to ``on_crash`` (which finishes the job) and gives False."""
     from ferry.telemetry.notify import JobInfo, Notifier, end_alert, targets_for
 
     store = store or open_store()
@@ -87,51 +90,72 @@ def supervise(job_id: str, control: Control, store: Store | None = None) -> None
     except FerryError as exc:  # a config file edited by hand into nonsense
         store.add_event(job_id, f"alerts are off: {exc}")
         notifier = Notifier([], JobInfo(job_id, job.name), {})
-    tracker = _start_tracker(store, job)
+    ok = True
     try:
-        _run_attempts(job_id, control, store, notifier)
-    finally:
-        job = store.get_job(job_id)
-        ending = end_alert(job.status.value, job.reason, alerts)
-        if job.status.is_terminal() and ending:
-            notifier.send(ending, job.status.value)
-        for outcome in notifier.detach():  # the rest is recorded when the supervisor exits
-            store.add_event(job_id, outcome)
-        if tracker is not None:
-            tracker.poll()  # collected if it has ended; it goes on by itself otherwise
+        _start_tracker(store, job)
+        finished_here = _run_attempts(job_id, control, store, notifier)
+    except Exception as exc:
+        if on_crash is None:
+            raise
+        on_crash(job_id, exc)
+        ok, finished_here = False, True
+    job = store.get_job(job_id)
+    ending = end_alert(job.status.value, job.reason, alerts)
+    if finished_here and job.status.is_terminal() and ending:  # else whoever finished it tells
+        notifier.send(ending, job.status.value)
+    for outcome in notifier.detach():  # the rest is recorded when the supervisor exits
+        store.add_event(job_id, outcome)
+    _collect_trackers()
+    return ok
 
 
-def _start_tracker(store: Store, job: Job) -> Any:
+_trackers: list[Any] = []  # MLflow trackers this supervisor started (subprocess.Popen)
+
+
+def _collect_trackers() -> None:
+    """Reap the trackers that have ended (those still running go on by themselves)."""
+    from ferry.procs import unspare
+
+    for proc in list(_trackers):
+        if proc.poll() is not None:
+            unspare(proc.pid)
+            _trackers.remove(proc)
+
+
+def _start_tracker(store: Store, job: Job) -> None:
     """Start the process that sends the job's metrics to MLflow, when the job asks for it."""
     import subprocess
 
-    from ferry.procs import spare
+    from ferry import procs
     from ferry.telemetry.mlflow_sink import shown_uri
 
-    uri = (job.spec.get("tracking") or {}).get("mlflow") or config.get("tracking.mlflow")
+    uri = (job.spec.get("tracking") or {}).get("mlflow")  # config's default was put there
     if not uri or store.attempts(job.id):  # a recovered job's tracker is already running
-        return None
+        return
     # the submitter's environment (MLFLOW_TRACKING_* credentials), not this supervisor's
     env = {k: v for k, v in _launch_env(job).items() if not k.startswith("FERRY_JOB")}
     env["FERRY_HOME"] = str(config.ferry_home())
+    env["MLFLOW_TRACKING_URI"] = uri  # not on the command line, which every user can read
     # fail within a minute when the server is away (MLflow's own default retries for minutes)
     env.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "3")
     env.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
-    with open(Path(job.job_dir) / "mlflow.log", "ab") as log:
+    with open(Path(job.job_dir) / "mlflow.log", "ab") as log, procs.SPAWN_LOCK:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "ferry.telemetry.mlflow_sink", job.id, uri],
+            [sys.executable, "-m", "ferry.telemetry.mlflow_sink", job.id],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,
             env=env,
             start_new_session=True,
         )
-    spare(proc.pid)  # it outlives the attempts: their cleanup must not kill it
+        procs.spare(proc.pid)  # it outlives the attempts: their cleanup must not kill it
+    _trackers.append(proc)
     store.add_event(job.id, f"sending metrics to MLflow at {shown_uri(uri)}")
-    return proc
 
 
-def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifier) -> None:
+def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifier) -> bool:
+    """The attempts of the job, until it ends. Returns whether this supervisor finished
+    the job (rather than a command that declared it lost meanwhile)."""
     from ferry.backends.base import LaunchRequest
     from ferry.backends.local import LocalBackend, become_subreaper
     from ferry.contract import sagemaker
@@ -160,16 +184,16 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
         dirs.create()
     except OSError as exc:
         _finish_job(store, job_id, _S.FAILED, f"cannot create outputs in {sync.local}: {exc}")
-        return
+        return True
     errors = 0
     while True:
         job = store.get_job(job_id)
         if job.status is _S.CANCELLING:
             when = "between attempts" if store.attempts(job_id) else "before it started"
             _finish_job(store, job_id, _S.CANCELLED, f"cancelled {when}")
-            return
+            return True
         if job.status.is_terminal():  # declared lost while this supervisor was starting
-            return
+            return False
         attempt = store.add_attempt(
             job_id, backend="local", host=hostname(), log_dir=job.job_dir, **me
         )
@@ -180,7 +204,7 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
             _end(
                 store, job_id, attempt.number, AttemptStatus.FAILED, _S.FAILED, str(exc), None, sync
             )
-            return
+            return True
         env = {
             **base_env,
             **contract_env(
@@ -231,7 +255,7 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
             _end(
                 store, job_id, attempt.number, AttemptStatus.FAILED, _S.FAILED, str(exc), None, sync
             )
-            return
+            return True
         try:
             job = store.transition(
                 job_id,
@@ -251,13 +275,13 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
             job = store.get_job(job_id)  # cancelled while launching: _watch stops it at once
             if job.status.is_terminal():  # or finished elsewhere (declared lost): stop now
                 _abandon(store, job_id, attempt.number, running)
-                return
+                return False
         outcome, code = _watch(store, job, running, control, grace, max_runtime, sync, observer)
         observer.finish()  # what the script reported last
         _note_hypertune(store, job_id, Path(env["CLOUD_ML_HP_METRIC_FILE"]))
         if outcome == "abandoned":
             _abandon(store, job_id, attempt.number, running)
-            return
+            return False
         marker = sagemaker.failure_text(opt_ml) if contract == "sagemaker" else None
         if outcome == "exited" and marker:  # the script said why it failed, as on SageMaker
             reason = f"{marker} (from /opt/ml/output/failure; {describe_exit(code)})"
@@ -280,7 +304,7 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
             ending = (AttemptStatus.FAILED, _S.FAILED, reason)
         if ending[0] is not AttemptStatus.FAILED or outcome != "exited" or errors >= retries_left:
             _end(store, job_id, attempt.number, *ending, code, sync)
-            return
+            return True
         errors += 1
         ended = {
             "status": AttemptStatus.FAILED,

@@ -55,17 +55,19 @@ def jobs_root() -> Path:
     return root
 
 
-def _check_telemetry(spec: JobSpec, environ: dict[str, str]) -> None:
+def _check_telemetry(spec: JobSpec, environ: dict[str, str]) -> JobSpec:
     """Refuse now what would only fail once the job runs: MLflow tracking without MLflow,
-    a notifier naming a variable that is not set."""
+    a notifier naming a variable that is not set. Returns the spec with the configured
+    MLflow URI (``tracking.mlflow``), when it names none itself."""
     import importlib.util
     import re
 
     from ferry.errors import BackendNotInstalled
 
-    if (spec.tracking.mlflow or config.get("tracking.mlflow")) and not importlib.util.find_spec(
-        "mlflow"
-    ):
+    if not spec.tracking.mlflow and config.get("tracking.mlflow"):
+        tracking = spec.tracking.model_copy(update={"mlflow": config.get("tracking.mlflow")})
+        spec = spec.model_copy(update={"tracking": tracking})
+    if spec.tracking.mlflow and not importlib.util.find_spec("mlflow"):
         raise BackendNotInstalled(
             "tracking.mlflow needs the MLflow client", "pip install 'ferry[mlflow]'"
         )
@@ -78,6 +80,7 @@ def _check_telemetry(spec: JobSpec, environ: dict[str, str]) -> None:
                     f"alerts.notify {entry.kind} uses ${{{var}}}, which is not set here",
                     f"export {var}=... before submitting",
                 )
+    return spec
 
 
 def submit(
@@ -98,6 +101,7 @@ def submit(
 
     store = store or open_store()
     environ = dict(os.environ if environ is None else environ)
+    spec = _check_telemetry(spec, environ)
     if not spec.command:
         raise UsageError(
             "the job has no command",
@@ -116,7 +120,6 @@ def submit(
             f"secret {missing[0]} is not set in this environment",
             f"export {missing[0]}=... before submitting, or remove it from secrets",
         )
-    _check_telemetry(spec, environ)
     name = spec.name or derive_name(spec.command)
     spec = spec.with_defaults(name=name, backend=backend_name).with_absolute_paths(Path.cwd())
     reconcile(store, admit=False)  # admission follows below, with this job in the queue
@@ -290,6 +293,16 @@ def _kill_orphans(job: Job, pgid: str | None) -> None:
                 continue
 
 
+def submitted_env(job: Job) -> dict[str, str] | None:
+    """The environment the job was submitted from (kept until it ends), if still there."""
+    try:
+        with open(Path(job.job_dir) / LAUNCH_FILE) as file:
+            env: dict[str, str] = json.load(file)["env"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return env
+
+
 def reconcile(store: Store, admit: bool = True) -> list[Job]:
     """Turn jobs whose supervisor vanished (kill -9, reboot) into lost attempts, then (with
     ``admit``) start queued jobs that fit: room may have been freed by a lost job, a cancel,
@@ -309,6 +322,7 @@ def reconcile(store: Store, admit: bool = True) -> list[Job]:
                 ended_at=time.time(),
                 reason="supervisor lost",
             )
+        env = submitted_env(job)  # for announcing the end: gone once the job is finished
         try:
             reason = "supervisor lost (it stopped without recording how the job ended)"
             if job.status is _S.CANCELLING:
@@ -320,7 +334,7 @@ def reconcile(store: Store, admit: bool = True) -> list[Job]:
         lost.append(ended)
         from ferry.telemetry.notify import announce_end
 
-        announce_end(ended.id, ended.status.value, ended.spec)  # its supervisor would have
+        announce_end(ended.id, ended.status.value, ended.spec, env or {})  # as its supervisor would
     if admit:
         waiting = store.list_jobs([_S.QUEUED], limit=1)
         for backend in sorted({job.backend for job in [*lost, *waiting]}):

@@ -70,8 +70,16 @@ class Observer:
 
     def _points(self, points: list[Point]) -> None:
         self.monitor.saw_points(points, time.time())
-        if self.tensorboard:
+        self._export(points)
+
+    def _export(self, points: list[Point]) -> None:
+        if self.tensorboard is None:
+            return
+        try:
             self.tensorboard.add(points)
+        except Exception as exc:  # never the job's undoing: its metrics are in the store
+            self.store.add_event(self.job.id, f"TensorBoard export stopped: {exc!r}")
+            self.tensorboard = None
 
     def read(self) -> None:
         """Store what the script reported or printed since the last call. Printed metrics
@@ -91,8 +99,12 @@ class Observer:
 
         if self._samplers is None:
             self._samplers = [GpuSampler(self.job.allocation.gpus)]
+            rules = self.monitor.rules
+            pss_above = (
+                self.monitor.memory_limit * rules.memory_above / 100 if rules.memory_above else None
+            )
             with contextlib.suppress(Exception):  # the process may be gone already
-                self._samplers.append(ProcessTreeSampler(pid))
+                self._samplers.append(ProcessTreeSampler(pid, pss_above))
         now = time.time()
         sample: dict[str, float] = {}
         for sampler in self._samplers:
@@ -100,8 +112,7 @@ class Observer:
         points: list[Point] = [(0, None, now, k, v) for k, v in sample.items()]
         self.store.add_metrics(self.job.id, self.attempt, points)
         self.monitor.saw_sample(sample, now)
-        if self.tensorboard:
-            self.tensorboard.add(points)
+        self._export(points)
 
     def check(self) -> Alert | None:
         """Raise the alerts that became due (events, notifications); returns the alert that
@@ -116,8 +127,9 @@ class Observer:
         return self.stopped_by
 
     def finish(self) -> None:
-        """The attempt ended: take its last metrics."""
+        """The attempt ended: take its last metrics, and raise what they show."""
         self.read()
+        self.check()
 
     def _flush(self) -> None:
         if self.tensorboard:

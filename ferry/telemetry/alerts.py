@@ -40,12 +40,20 @@ class Rules:
     gpu_util_below: float | None = 10.0
     gpu_util_for: float = 600.0
     memory_above: float | None = 90.0
+    gpu_memory_above: float | None = None  # off unless asked: frameworks reserve GPU memory
 
     @classmethod
     def from_spec(cls, alerts: dict[str, Any] | None) -> Rules:
         alerts = alerts or {}
         rules = cls()
-        for name in ("nan", "no_progress", "gpu_util_below", "gpu_util_for", "memory_above"):
+        for name in (
+            "nan",
+            "no_progress",
+            "gpu_util_below",
+            "gpu_util_for",
+            "memory_above",
+            "gpu_memory_above",
+        ):
             if name in alerts:
                 setattr(rules, name, alerts[name])
         return rules
@@ -126,7 +134,8 @@ class AlertMonitor:
         above = self.rules.memory_above
         if above is None:
             return
-        rss = sample.get("sys/rss_bytes")
+        # the proportional share when measured (resident sizes count shared pages twice)
+        rss = sample.get("sys/pss_bytes", sample.get("sys/rss_bytes"))
         if rss is not None and self.memory_limit > 0:
             share = 100.0 * rss / self.memory_limit
             if share >= above and not self.memory_fired:
@@ -135,12 +144,15 @@ class AlertMonitor:
                     Alert(
                         "memory",
                         f"memory at {share:.0f}% of the job's {format_size(self.memory_limit)}"
-                        f" ({format_size(rss)} resident): it may be killed for lack of memory;"
+                        f" ({format_size(rss)} in use): it may be killed for lack of memory;"
                         " lower the batch size or ask for more (resources.memory)",
                     )
                 )
             elif share < above - 5:
                 self.memory_fired = False
+        above = self.rules.gpu_memory_above
+        if above is None:
+            return
         for key, used in sample.items():
             if not key.endswith("/memory_used_bytes"):
                 continue

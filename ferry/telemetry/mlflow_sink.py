@@ -2,7 +2,8 @@
 runs, tags (job id, backend, accelerator, cost, status) and, at the end, its model, outputs
 and logs as artifacts.
 
-It runs as its own process (``python -m ferry.telemetry.mlflow_sink JOB URI``), started by
+It runs as its own process (``python -m ferry.telemetry.mlflow_sink JOB``, the URI in
+``MLFLOW_TRACKING_URI``), started by
 the job's supervisor when the spec says ``tracking: {mlflow: URI}``: MLflow's client weighs
 over 100 MB, which the supervisor itself never carries. It follows the job's metrics in the
 store until the job has ended. The MLflow run's id is kept in the job folder, so a tracker
@@ -12,6 +13,9 @@ started again continues the same run.
 from __future__ import annotations
 
 import json
+import os
+import posixpath
+import re
 import sys
 import time
 from pathlib import Path
@@ -39,6 +43,17 @@ def shown_uri(uri: str, text: str | None = None) -> str:
     return text.replace(f":{password}@", ":***@") if password else text
 
 
+_NOT_IN_KEYS = re.compile(r"[^\w/.\- :]")
+
+
+def mlflow_key(name: str) -> str:
+    """A metric or param name as MLflow accepts it: letters, digits, ``_ - . / :`` and
+    spaces, a normalised relative path, at most 250 characters (``top@1`` -> ``top_1``)."""
+    key = posixpath.normpath(_NOT_IN_KEYS.sub("_", name)).lstrip("/")
+    key = "/".join(part if part != ".." else "__" for part in key.split("/"))
+    return key[:250] if key not in ("", ".") else "_"
+
+
 def _flat(prefix: str, value: Any) -> list[tuple[str, str]]:
     """Hyperparameters as MLflow params: nested maps become ``a.b`` keys."""
     if isinstance(value, dict):
@@ -47,7 +62,7 @@ def _flat(prefix: str, value: Any) -> list[tuple[str, str]]:
             out += _flat(f"{prefix}.{key}" if prefix else str(key), item)
         return out
     text = value if isinstance(value, str) else json.dumps(value)
-    return [(prefix, text[:6000])]
+    return [(mlflow_key(prefix), text[:6000])]
 
 
 def _tags(job: Job, store: Store) -> dict[str, str]:
@@ -160,7 +175,7 @@ class Tracker:
                     step = self.last_step or 0
                 else:
                     self.last_step = step
-                key = name if not rank else f"rank{rank}/{name}"
+                key = mlflow_key(name if not rank else f"rank{rank}/{name}")
                 number = float("nan") if value is None else value
                 metrics.append(Metric(key, number, int(t * 1000), step))
             for i in range(0, len(metrics), BATCH):
@@ -210,7 +225,8 @@ def main(argv: list[str]) -> int:
     from ferry.store import open_store
 
     name_this_process("ferry-mlflow")
-    job_id, uri = argv
+    [job_id] = argv
+    uri = os.environ["MLFLOW_TRACKING_URI"]
     store = open_store()
     try:
         follow(store, job_id, uri)

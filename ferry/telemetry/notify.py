@@ -39,9 +39,14 @@ class Target:
         """How the target appears in events: a webhook by its host only (its path is
         usually the secret)."""
         if self.kind == "webhook":
+            if self.value.startswith("${"):
+                return f"webhook to {self.value.split('}')[0]}}}"
             from urllib.parse import urlsplit
 
-            return f"webhook to {urlsplit(self.value).hostname or self.value[:12]}"
+            try:
+                return f"webhook to {urlsplit(self.value).hostname or 'an unnamed host'}"
+            except ValueError:
+                return "webhook"
         if self.kind == "email":
             return f"e-mail to {self.value}"
         return "command"
@@ -104,6 +109,18 @@ def expand(text: str, env: dict[str, str]) -> str:
     return _VAR.sub(one, text)
 
 
+def _without_url(message: str, url: str) -> str:
+    """``message`` with the webhook's URL, and its path (usually the secret), taken out."""
+    from urllib.parse import urlsplit
+
+    message = message.replace(url, "<webhook URL>")
+    try:
+        path = urlsplit(url).path
+    except ValueError:
+        return message
+    return message.replace(path, "/<path>") if len(path) > 1 else message
+
+
 def subject(job: JobInfo, alert: Alert) -> str:
     return f"[ferry] {job.name} ({job.id}): {alert.kind.replace('_', ' ')}"
 
@@ -163,6 +180,7 @@ def send_email(
     """Send the alert through the configured SMTP server: STARTTLS when the server offers
     it (SSL from the start on port 465), and a login when ``alerts.smtp_user`` is set."""
     import smtplib
+    import ssl
     from email.message import EmailMessage
 
     from ferry.procs import hostname
@@ -174,15 +192,27 @@ def send_email(
     message["To"] = to
     message["Subject"] = subject(job, alert)
     message.set_content(text(job, alert) + "\n")
-    smtp_class = smtplib.SMTP_SSL if port == 465 else smtplib.SMTP
-    with smtp_class(host, port, timeout=TIMEOUT) as smtp:
+    context = ssl.create_default_context()  # the server's certificate and name are checked
+    smtp: smtplib.SMTP
+    if port == 465:
+        smtp = smtplib.SMTP_SSL(host, port, timeout=TIMEOUT, context=context)
+    else:
+        smtp = smtplib.SMTP(host, port, timeout=TIMEOUT)
+    with smtp:
         smtp.ehlo()
-        if port != 465 and smtp.has_extn("starttls"):
-            smtp.starttls()
+        secure = port == 465
+        if not secure and smtp.has_extn("starttls"):
+            smtp.starttls(context=context)
             smtp.ehlo()
+            secure = True
         if mail.user:
             if password is None:
                 raise RuntimeError("alerts.smtp_user is set but $FERRY_SMTP_PASSWORD is not")
+            if not secure:
+                raise RuntimeError(
+                    f"{host} offers no STARTTLS; the password is not sent in clear text"
+                    " (use port 465, or a server that offers STARTTLS)"
+                )
             smtp.login(mail.user, password)
         smtp.send_message(message, to_addrs=[a.strip() for a in to.split(",")])
 
@@ -199,15 +229,16 @@ def run_command(command: str, job: JobInfo, alert: Alert, env: dict[str, str]) -
         "FERRY_ALERT_JOB_NAME": job.name,
         "FERRY_ALERT_JOB_STATUS": job.status,
     }
-    proc = subprocess.Popen(
-        ["/bin/sh", "-c", command],
-        env=variables,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    procs.spare(proc.pid)  # not one of the job's leftovers: the attempt's end must not kill it
+    with procs.SPAWN_LOCK:  # not one of the job's leftovers: the attempt's end must spare it
+        proc = subprocess.Popen(
+            ["/bin/sh", "-c", command],
+            env=variables,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        procs.spare(proc.pid)
     try:
         _, err = proc.communicate(timeout=COMMAND_TIMEOUT)
     except subprocess.TimeoutExpired:
@@ -290,7 +321,12 @@ class Notifier:
     def _deliver(self, target: Target, job: JobInfo, alert: Alert) -> None:
         value = expand(target.value, self.env) if target.kind != "command" else target.value
         if target.kind == "webhook":
-            send_webhook(value, job, alert)
+            try:
+                send_webhook(value, job, alert)
+            except RuntimeError as exc:
+                raise RuntimeError(_without_url(str(exc), value)) from None
+            except Exception as exc:  # not a URL at all (http.client, urllib refuse it)
+                raise RuntimeError(f"not a valid URL ({type(exc).__name__})") from None
         elif target.kind == "email":
             mail = self.mail or mail_settings()
             send_email(value, job, alert, mail, self.env.get("FERRY_SMTP_PASSWORD"))
@@ -322,7 +358,7 @@ def end_alert(status: str, reason: str | None, alerts: dict[str, Any] | None) ->
     return Alert(ended, f"{ended}: {reason}" if reason else ended)
 
 
-def announce_end(job_id: str, status: str, spec: dict[str, Any]) -> None:
+def announce_end(job_id: str, status: str, spec: dict[str, Any], env: dict[str, str]) -> None:
     """Announce the end of a job whose supervisor is gone, from a process of its own (the
     command that noticed it does not wait on a slow receiver)."""
     import sys
@@ -335,26 +371,31 @@ def announce_end(job_id: str, status: str, spec: dict[str, Any]) -> None:
             return
     except FerryError:  # a config file edited into nonsense: nowhere to send it
         return
-    subprocess.Popen(
+    helper = subprocess.Popen(
         [sys.executable, "-m", "ferry.telemetry.notify", job_id],
-        stdin=subprocess.DEVNULL,
+        stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
+    assert helper.stdin is not None
+    with contextlib.suppress(OSError), helper.stdin:  # the submitter's environment, privately
+        helper.stdin.write(json.dumps(env).encode())
 
 
 def _main(job_id: str) -> int:
-    from ferry.controller.attempts import _launch_env
+    import sys
+
     from ferry.store import open_store
 
+    env = json.loads(sys.stdin.read() or "{}")
     store = open_store()
     job = store.get_job(job_id)
     alerts = job.spec.get("alerts") or {}
     alert = end_alert(job.status.value, job.reason, alerts)
     if alert is None:
         return 0
-    notifier = Notifier(targets_for(alerts), JobInfo(job.id, job.name), _launch_env(job))
+    notifier = Notifier(targets_for(alerts), JobInfo(job.id, job.name), env)
     notifier.send(alert, job.status.value)
     for outcome in notifier.close(timeout=120.0):
         store.add_event(job_id, outcome)

@@ -73,6 +73,18 @@ def _field(number: int, payload: bytes) -> bytes:
     return _varint(number << 3 | 2) + _varint(len(payload)) + payload
 
 
+_FLOAT32_MAX = 3.4028234663852886e38
+
+
+def _float32(value: float) -> float:
+    """``value`` as a 32-bit float holds it: beyond its range, infinite."""
+    if value > _FLOAT32_MAX:
+        return float("inf")
+    if value < -_FLOAT32_MAX:
+        return float("-inf")
+    return value
+
+
 def record(data: bytes) -> bytes:
     """One TFRecord around ``data``."""
     length = struct.pack("<Q", len(data))
@@ -83,7 +95,7 @@ def event(wall_time: float, step: int, scalars: Iterable[tuple[str, float]] = ()
     """An ``Event`` with the given scalars (none: the file-version event)."""
     head = b"\x09" + struct.pack("<d", wall_time) + b"\x10" + _varint(step)
     values = b"".join(
-        _field(1, _field(1, tag.encode()) + b"\x15" + struct.pack("<f", value))
+        _field(1, _field(1, tag.encode()) + b"\x15" + struct.pack("<f", _float32(value)))
         for tag, value in scalars
     )
     if not values:

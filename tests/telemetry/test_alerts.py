@@ -78,7 +78,7 @@ def test_a_busy_gpu_or_no_gpu_never_alerts() -> None:
 
 
 def test_memory_near_the_job_limit_and_gpu_memory_near_full() -> None:
-    m = monitor(memory_above=90.0)
+    m = monitor(memory_above=90.0, gpu_memory_above=95.0)
     m.saw_sample({"sys/rss_bytes": 7.0 * GB}, 1001.0)
     assert m.due(1001.0) == []
     m.saw_sample({"sys/rss_bytes": 7.5 * GB}, 1002.0)
@@ -115,3 +115,44 @@ def test_spec_fields_parse_percentages_durations_and_off() -> None:
     assert [n.kind for n in alerts.notify or ()] == ["webhook", "email"]
     rules = Rules.from_spec(spec.to_json()["alerts"])
     assert rules.no_progress is None and rules.gpu_util_for == 120.0
+
+
+def test_shared_pages_count_once_and_gpu_memory_is_not_watched_by_default() -> None:
+    m = monitor(memory_above=90.0)
+    # four forked workers share the parent's pages: resident sizes add up past the limit
+    m.saw_sample({"sys/rss_bytes": 20 * GB, "sys/pss_bytes": 5 * GB}, 1001.0)
+    m.saw_sample({"gpu0/memory_used_bytes": 79 * GB, "gpu0/memory_total_bytes": 80 * GB}, 1002.0)
+    assert m.due(1002.0) == []
+
+
+def test_the_sampler_measures_the_proportional_share_of_forked_workers() -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from ferry.telemetry.sampler import ProcessTreeSampler
+
+    code = (
+        "import os, time\n"
+        "block = bytearray(60_000_000)\n"
+        "for i in range(0, len(block), 4096): block[i] = 1\n"
+        "for _ in range(3):\n"
+        "    if os.fork() == 0:\n"
+        "        time.sleep(60); os._exit(0)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, start_new_session=True
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+        sample = ProcessTreeSampler(proc.pid, pss_above=0).sample()
+        assert sample["sys/processes"] == 4
+        assert sample["sys/rss_bytes"] > 200_000_000  # 60 MB counted in each of 4 processes
+        assert 60_000_000 < sample["sys/pss_bytes"] < 120_000_000  # counted about once
+        assert "sys/pss_bytes" not in ProcessTreeSampler(proc.pid).sample()  # only when asked
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

@@ -141,13 +141,21 @@ def test_a_lost_supervisor_is_announced_by_the_command_that_notices(
     import signal
 
     from ferry.store import open_store
-    from tests.conftest import submit
 
     (project / "sleep.py").write_text("import time\nprint('up', flush=True)\ntime.sleep(60)\n")
     with webhook_server() as hook:
-        job_id = submit(
-            "--notify", f"webhook={hook.url}/x", "--", "python", "sleep.py", cwd=project
-        )
+        result = ferry(
+            "run",
+            "--detach",
+            "--notify",
+            "webhook=${HOOK}",
+            "--",
+            "python",
+            "sleep.py",
+            cwd=project,
+            env={"HOOK": f"{hook.url}/x"},
+        )  # the command that notices below runs without HOOK: the job's own env is used
+        job_id = result.stdout.strip()
         wait_for(lambda: job_status(job_id)["status"] == "RUNNING", what="RUNNING")
         supervisor = open_store().get_job(job_id).supervisor_pid
         assert supervisor
@@ -166,4 +174,17 @@ def test_a_lost_supervisor_is_announced_by_the_command_that_notices(
     [(_, body)] = hook.posts
     assert body["alert"] == "failed" and body["status"] == "FAILED"
     assert "supervisor lost" in body["message"]
-    wait_for(lambda: "alert sent by webhook to 127.0.0.1" in events(job_id), what="the event")
+    wait_for(lambda: "alert sent by webhook to ${HOOK}" in events(job_id), what="the event")
+
+
+def test_values_at_the_very_end_and_out_of_range_are_handled(home: Path, project: Path) -> None:
+    (project / "short.py").write_text("print('step=1 loss=1e39')\nprint('step=2 loss=nan')\n")
+    assert ferry("run", "--", "python", "short.py", cwd=project).returncode == 0
+    job_id = ferry_json("jobs")[0]["id"]
+    status = job_status(job_id)
+    assert status["status"] == "SUCCEEDED"  # a value beyond float32 did not upset the export
+    assert any(m.startswith("alert: loss is NaN at step 2") for m in events(job_id))
+    from tests.telemetry.test_export import read_scalars
+
+    scalars = read_scalars(Path(status["outputs"]) / "tensorboard" / "ferry")
+    assert scalars["loss"][0] == (1, float("inf"))

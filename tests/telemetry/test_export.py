@@ -49,12 +49,12 @@ def test_a_job_metrics_reach_tensorboard_and_mlflow(
         "import os, pathlib\nfrom ferry import runtime\n"
         "for step in range(1, 1501):\n"
         "    runtime.report(step=step, loss=1.0 / step)\n"
-        "    if step % 500 == 0: runtime.report(step=step, val_acc=step / 1500)\n"
+        "    if step % 500 == 0: runtime.report(step=step, val_acc=step / 1500, **{'top@1': 0.5})\n"
         "pathlib.Path(os.environ['FERRY_MODEL_DIR'], 'model.txt').write_text('weights')\n"
     )
     (project / "job.yaml").write_text(
         "name: tracked\ncommand: python train.py\n"
-        "hyperparameters: {lr: 0.01, optimizer: {name: adam, betas: [0.9, 0.99]}}\n"
+        "hyperparameters: {lr: 0.01, optimizer: {name: adam, betas: [0.9, 0.99]}, 'layers[0]': 64}\n"
         "tracking: {mlflow: 'sqlite:///mlflow.db', experiment: digits}\n"
     )
     assert ferry("run", "job.yaml", cwd=project).returncode == 0
@@ -81,7 +81,10 @@ def test_a_job_metrics_reach_tensorboard_and_mlflow(
         "lr": "0.01",
         "optimizer.name": "adam",
         "optimizer.betas": "[0.9, 0.99]",
+        "layers_0_": "64",
     }
+    assert len(client.get_metric_history(run.info.run_id, "top_1")) == 3  # top@1
+
     assert run.data.tags["ferry.job_id"] == job_id and run.data.tags["ferry.backend"] == "local"
     assert run.data.tags["ferry.status"] == "SUCCEEDED" and run.info.run_name == "tracked"
     assert "ferry.cost_usd" in run.data.tags and run.data.tags["ferry.accelerator"] == "none"
@@ -103,9 +106,13 @@ def test_an_unreachable_mlflow_server_is_an_event_not_a_failure(home: Path, proj
     )
     line = assert_one_line_error(ferry("run", "job.yaml", cwd=project), 2)
     assert "MLFLOW_TRACKING_PASSWORD" in line and "pw" not in line.replace("password", "")
-    ferry("config", "set", "tracking.mlflow", "http://user:pw@127.0.0.1:9")  # a private file
+    for uri in ("http://user:pw@127.0.0.1:9", "postgresql+psycopg2://u:pw@db/mlflow"):
+        result = ferry("config", "set", "tracking.mlflow", uri)
+        assert "MLFLOW_TRACKING_PASSWORD" in assert_one_line_error(result, 2)
+    assert ferry("config", "set", "tracking.mlflow", "http://127.0.0.1:9").returncode == 0
     assert ferry("run", "--", "python", "train.py", cwd=project).returncode == 0
     job_id = ferry_json("jobs")[0]["id"]
+    assert job_status(job_id)["spec"]["tracking"]["mlflow"] == "http://127.0.0.1:9"
     from tests.conftest import wait_for
 
     def failed() -> list[str]:
@@ -116,4 +123,4 @@ def test_an_unreachable_mlflow_server_is_an_event_not_a_failure(home: Path, proj
         ]
 
     [event] = wait_for(failed, timeout=120, what="the MLflow failure event")
-    assert "http://user:***@127.0.0.1:9" in event and "pw@" not in event
+    assert "sending to MLflow at http://127.0.0.1:9 failed" in event

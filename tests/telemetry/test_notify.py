@@ -46,6 +46,21 @@ def test_webhook_url_from_the_environment_and_errors_reported() -> None:
         expand("${MISSING}/x", {})
 
 
+def test_a_malformed_secret_url_is_never_repeated() -> None:
+    for url in (
+        "https//hooks.example.com/SECRET",
+        "http://127.0.0.1:9/SECRET 2",
+        "http://[x/SECRET",
+    ):
+        notifier = Notifier(
+            [Target("webhook", "${HOOK}"), Target("webhook", url)], JOB, {"HOOK": url}
+        )
+        notifier.send(NAN)
+        outcomes = notifier.close()
+        assert len(outcomes) == 2 and all("not sent" in o for o in outcomes), outcomes
+        assert not any("SECRET" in o for o in outcomes), outcomes
+
+
 def test_email_through_a_real_smtp_server() -> None:
     with smtp_server() as box:
         mail = MailSettings(server=f"127.0.0.1:{box.port}", sender="ferry@example.com")
@@ -68,7 +83,13 @@ def test_email_login_without_a_password_is_reported() -> None:
         notifier = Notifier([Target("email", "me@example.com")], JOB, {}, mail)
         notifier.send(NAN)
         [outcome] = notifier.close()
-    assert "FERRY_SMTP_PASSWORD" in outcome and outcome.startswith("alert not sent by e-mail")
+        assert "FERRY_SMTP_PASSWORD" in outcome and outcome.startswith("alert not sent by e-mail")
+        notifier = Notifier(
+            [Target("email", "me@example.com")], JOB, {"FERRY_SMTP_PASSWORD": "pw"}, mail
+        )
+        notifier.send(NAN)
+        [outcome] = notifier.close()
+        assert "offers no STARTTLS; the password is not sent in clear text" in outcome
     assert box.messages == []
 
 
