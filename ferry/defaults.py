@@ -12,7 +12,7 @@ HEARTBEAT_INTERVAL = 2.0
 HEARTBEAT_GRACE = 10.0
 
 # How long a job gets between SIGTERM and SIGKILL when it is stopped (cancel, max_runtime).
-STOP_GRACE = 10.0
+STOP_GRACE = 30.0  # as a GCP spot VM gives; SageMaker gives 120 s
 
 # A code snapshot larger than this is refused (config: snapshot.max_size).
 MAX_SNAPSHOT_BYTES = 200 * 1000**2

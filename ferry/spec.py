@@ -104,8 +104,11 @@ class Limits(_Model):
 
     max_runtime: float | None = None  # seconds
     max_cost: float | None = Field(default=None, gt=0, allow_inf_nan=False)  # USD
+    # between the stop notice (SIGTERM) and SIGKILL, for cancel, preemption and the limits;
+    # default: the config's local.stop_grace (30 s, as a GCP spot VM gives)
+    stop_grace: float | None = None
 
-    @field_validator("max_runtime", mode="before")
+    @field_validator("max_runtime", "stop_grace", mode="before")
     @classmethod
     def _runtime(cls, value: object) -> float | None:
         return None if value is None else parse_duration(value)
@@ -114,14 +117,27 @@ class Limits(_Model):
 class Retries(_Model):
     """How many times a failed attempt is started again."""
 
-    on_preemption: int = Field(default=20, ge=0, le=10_000)
+    on_preemption: int = Field(default=20, ge=0, le=10_000)  # also a lost supervisor
     on_error: int = Field(default=0, ge=0, le=10_000)
+    on_exit_codes: tuple[int, ...] = ()  # always retried, not counted (with backoff)
+
+    @field_validator("on_exit_codes", mode="before")
+    @classmethod
+    def _codes(cls, value: object) -> object:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return (value,)
+        if isinstance(value, list | tuple) and all(
+            isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 255 for v in value
+        ):
+            return tuple(value)
+        raise ValueError(f"expected exit codes from 1 to 255, such as [3, 134], not {value!r}")
 
 
 class Checkpoint(_Model):
-    """A hint to the runtime: how often the script should save."""
+    """A hint to the runtime: how often the script should save, and how many to keep."""
 
     every: float | None = None  # seconds
+    keep: int = Field(default=3, ge=1, le=10_000)  # runtime.checkpoint keeps the last K
 
     @field_validator("every", mode="before")
     @classmethod
@@ -252,6 +268,17 @@ def check_tracking_uri(uri: str) -> None:
         )
 
 
+class Simulate(_Model):
+    """Rehearse spot capacity here: preempt the job as a provider would."""
+
+    preempt_every: float | None = None  # about this often (uniformly 0.5x to 1.5x), seconds
+
+    @field_validator("preempt_every", mode="before")
+    @classmethod
+    def _every(cls, value: object) -> float | None:
+        return None if value is None else parse_duration(value)
+
+
 class Tracking(_Model):
     """Where the job's metrics are sent besides Ferry's store."""
 
@@ -297,6 +324,7 @@ class JobSpec(_Model):
     paths: Literal["auto", "container", "host"] = "auto"
     alerts: Alerts = Alerts()
     tracking: Tracking = Tracking()
+    simulate: Simulate = Simulate()
 
     @field_validator("name")
     @classmethod

@@ -43,7 +43,7 @@ TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
     _S.QUEUED: frozenset({_S.STARTING, _S.CANCELLED, _S.FAILED}),
     _S.STARTING: frozenset({_S.RUNNING, _S.RECOVERING, _S.CANCELLING, _S.SUCCEEDED, _S.FAILED}),
     _S.RUNNING: frozenset({_S.RECOVERING, _S.CANCELLING, _S.SUCCEEDED, _S.FAILED}),
-    _S.RECOVERING: frozenset({_S.STARTING, _S.RUNNING, _S.CANCELLING, _S.FAILED}),
+    _S.RECOVERING: frozenset({_S.STARTING, _S.RUNNING, _S.RECOVERING, _S.CANCELLING, _S.FAILED}),
     _S.CANCELLING: frozenset({_S.CANCELLED, _S.FAILED, _S.SUCCEEDED}),
     _S.SUCCEEDED: frozenset(),
     _S.FAILED: frozenset(),
@@ -71,6 +71,7 @@ class AttemptStatus(str, Enum):
     TIMED_OUT = "TIMED_OUT"  # stopped at limits.max_runtime
     CANCELLED = "CANCELLED"  # stopped on request
     LOST = "LOST"  # its supervisor vanished; how the command ended is unknown
+    PREEMPTED = "PREEMPTED"  # its capacity was taken back (or `ferry preempt`, simulate:)
 
     def is_terminal(self) -> bool:
         """Whether the attempt has ended."""

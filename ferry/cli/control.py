@@ -1,4 +1,5 @@
-"""``ferry cancel`` and ``ferry wait``: stop jobs, or block until they end."""
+"""``ferry cancel``, ``ferry preempt`` and ``ferry wait``: stop jobs, preempt them, or block
+until they end."""
 
 from __future__ import annotations
 
@@ -22,6 +23,20 @@ def register(subparsers: Any) -> None:
     p.add_argument("jobs", nargs="+", metavar="JOB", help="job ids or unique prefixes")
     p.add_argument("--wait", action="store_true", help="return once the jobs have stopped")
     p.set_defaults(handler=cancel)
+
+    p = add_command(
+        subparsers,
+        "preempt",
+        help="preempt a running job as a spot provider would (rehearse resuming)",
+        description="Send the job the notice a provider sends when it takes spot capacity "
+        "back: SIGTERM, the grace (limits.stop_grace, 30 s by default), then SIGKILL. The job "
+        "then starts a new attempt, which resumes from its latest checkpoint, while "
+        "retries.on_preemption allows (20 by default). `simulate: {preempt_every: 90s}` in the "
+        "spec does this at random.",
+        example="  ferry preempt digits-cnn-3f9a\n  ferry preempt dig && ferry logs -f dig\n",
+    )
+    p.add_argument("job", metavar="JOB", help="job id or unique prefix")
+    p.set_defaults(handler=preempt)
 
     p = add_command(
         subparsers,
@@ -51,6 +66,16 @@ def cancel(args: argparse.Namespace) -> int:
         eprint(f"ferry: {job.id} {after.status.value}")
     if args.wait:
         _wait_all(store, [j.id for j in jobs], None)
+    return 0
+
+
+def preempt(args: argparse.Namespace) -> int:
+    from ferry.controller import preempt as preempt_job
+
+    store = store_now()
+    job = find_job(store, args.job)
+    preempt_job(store, job)
+    eprint(f"ferry: preemption notice sent to {job.id}")
     return 0
 
 

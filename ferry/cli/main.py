@@ -31,6 +31,7 @@ COMMANDS = {
     "logs": "logs",
     "cancel": "control",
     "wait": "control",
+    "preempt": "control",
     "metrics": "metrics_cmd",
     "plot": "plot_cmd",
     "compare": "compare_cmd",

@@ -97,6 +97,11 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--mlflow", metavar="URI", help="also send metrics to this MLflow tracking URI")
     p.add_argument(
+        "--simulate-preempt-every",
+        metavar="DURATION",
+        help="rehearse spot: preempt the job at random about this often (e.g. 90s)",
+    )
+    p.add_argument(
         "--shell", action="store_true", default=None, help="run the command through /bin/sh"
     )
     p.add_argument(
@@ -173,6 +178,8 @@ def overrides_from(args: argparse.Namespace, command: list[str] | None) -> dict[
         out["alerts"] = alerts
     if args.mlflow:
         out["tracking"] = {"mlflow": args.mlflow}
+    if args.simulate_preempt_every:
+        out["simulate"] = {"preempt_every": args.simulate_preempt_every}
     if command:
         out["command"] = command
     return out

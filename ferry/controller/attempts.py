@@ -16,7 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 from ferry import config, defaults
 from ferry.contract.env import env_key
-from ferry.controller.jobs import _S, _finish_job, describe_exit, submitted_env
+from ferry.controller.jobs import (
+    _S,
+    _finish_job,
+    describe_exit,
+    submitted_env,
+    take_preempt_request,
+)
 from ferry.controller.observe import Observer
 from ferry.errors import FerryError, TransitionError
 from ferry.procs import hostname, start_time
@@ -175,9 +181,13 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
     base_env = _launch_env(job)
     sync = OutputSync.for_outputs(job.outputs, Path(job.job_dir))
     dirs = JobDirs.under(str(sync.local))
-    grace = float(config.get("local.stop_grace"))
-    max_runtime = (spec.get("limits") or {}).get("max_runtime")
-    retries_left = int((spec.get("retries") or {}).get("on_error", 0))
+    limits, retries = spec.get("limits") or {}, spec.get("retries") or {}
+    grace = float(limits.get("stop_grace") or config.get("local.stop_grace"))
+    max_runtime = limits.get("max_runtime")
+    retries_left = int(retries.get("on_error", 0))
+    preemptions_allowed = int(retries.get("on_preemption", 20))
+    retried_codes = set(retries.get("on_exit_codes") or ())
+    preempt_every = (spec.get("simulate") or {}).get("preempt_every")
     contract = spec.get("contract", "ferry")
     opt_ml = Path(job.job_dir) / "opt_ml"
     try:
@@ -205,6 +215,14 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
                 store, job_id, attempt.number, AttemptStatus.FAILED, _S.FAILED, str(exc), None, sync
             )
             return True
+        if sync.remote:
+            try:  # a fresh machine resumes from the bucket's checkpoints
+                fetched = sync.pull_checkpoints()
+            except Exception as exc:
+                store.add_event(job_id, f"checkpoints could not be fetched: {exc}")
+            else:
+                if fetched:
+                    store.add_event(job_id, f"checkpoints: {fetched} files fetched")
         env = {
             **base_env,
             **contract_env(
@@ -221,6 +239,12 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
         }
         metrics_file = Path(job.job_dir) / f"metrics-{attempt.number}.jsonl"
         env["FERRY_METRICS_FILE"] = str(metrics_file)
+        env["FERRY_CHECKPOINT_KEEP"] = str((spec.get("checkpoint") or {}).get("keep", 3))
+        # a script may say why it failed, as on SageMaker; even when it exits 0
+        failure_file = opt_ml / "output" / "failure"
+        failure_file.parent.mkdir(parents=True, exist_ok=True)
+        failure_file.unlink(missing_ok=True)
+        env["FERRY_FAILURE_FILE"] = str(failure_file)
         observer = Observer(
             store,
             job,
@@ -234,7 +258,6 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
         argv = _command_argv(spec)
         container = spec.get("paths") == "container"
         if contract == "sagemaker" or container:
-            (opt_ml / "output" / "failure").unlink(missing_ok=True)
             sm_env = sagemaker.prepare(opt_ml, dirs, spec.get("hyperparameters") or {}, inputs)
             if contract == "sagemaker":
                 env.update(sm_env)
@@ -276,15 +299,19 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
             if job.status.is_terminal():  # or finished elsewhere (declared lost): stop now
                 _abandon(store, job_id, attempt.number, running)
                 return False
-        outcome, code = _watch(store, job, running, control, grace, max_runtime, sync, observer)
+        outcome, code = _watch(
+            store, job, running, control, grace, max_runtime, sync, observer, preempt_every
+        )
         observer.finish()  # what the script reported last
         _note_hypertune(store, job_id, Path(env["CLOUD_ML_HP_METRIC_FILE"]))
         if outcome == "abandoned":
             _abandon(store, job_id, attempt.number, running)
             return False
-        marker = sagemaker.failure_text(opt_ml) if contract == "sagemaker" else None
+        marker = sagemaker.failure_text(opt_ml)
+        resume = False  # a preempted attempt within retries.on_preemption
         if outcome == "exited" and marker:  # the script said why it failed, as on SageMaker
-            reason = f"{marker} (from /opt/ml/output/failure; {describe_exit(code)})"
+            where = "/opt/ml/output/failure" if contract == "sagemaker" else "FERRY_FAILURE_FILE"
+            reason = f"{marker} (from {where}; {describe_exit(code)})"
             ending = (AttemptStatus.FAILED, _S.FAILED, reason)
         elif outcome == "exited" and code == 0:
             ending = (AttemptStatus.SUCCEEDED, _S.SUCCEEDED, "exit code 0")
@@ -293,6 +320,17 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
         elif outcome == "timeout":
             reason = f"max_runtime {format_duration(max_runtime or 0)} reached"
             ending = (AttemptStatus.TIMED_OUT, _S.FAILED, reason)
+        elif outcome == "preempted":
+            used = 1 + sum(
+                a.status in (AttemptStatus.PREEMPTED, AttemptStatus.LOST)
+                for a in store.attempts(job_id)
+                if a.number != attempt.number
+            )
+            reason = f"preempted ({observer.preempted_by}); {used} of {preemptions_allowed}"
+            resume = used <= preemptions_allowed
+            if not resume:
+                reason = f"preempted {used} times (retries.on_preemption is {preemptions_allowed})"
+            ending = (AttemptStatus.PREEMPTED, _S.FAILED, reason)
         elif outcome == "alert" and observer.stopped_by:
             reason = f"stopped on alert: {observer.stopped_by.message}"
             ending = (AttemptStatus.FAILED, _S.FAILED, reason)
@@ -302,28 +340,31 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
         else:
             reason = _failure_reason(code, running.tail(defaults.REASON_LOG_LINES), running._killed)
             ending = (AttemptStatus.FAILED, _S.FAILED, reason)
-        if ending[0] is not AttemptStatus.FAILED or outcome != "exited" or errors >= retries_left:
+        failed_exit = ending[0] is AttemptStatus.FAILED and outcome == "exited"
+        if outcome == "preempted" and resume:
+            why = f"{reason}; resuming from the latest checkpoint"
+        elif failed_exit and code in retried_codes and not marker:
+            why = f"{reason}; exit code {code} is always retried (retries.on_exit_codes)"
+        elif failed_exit and errors < retries_left:
+            errors += 1
+            why = f"retry {errors} of {retries_left} after {reason}"
+        else:
             _end(store, job_id, attempt.number, *ending, code, sync)
             return True
-        errors += 1
-        ended = {
-            "status": AttemptStatus.FAILED,
-            "ended_at": time.time(),
-            "exit_code": code,
-            "reason": reason,
-        }
+        ended = {"status": ending[0], "ended_at": time.time(), "exit_code": code, "reason": reason}
         try:
             store.transition(
                 job_id,
                 _S.RECOVERING,
                 expected={_S.RUNNING},
-                reason=f"retry {errors} of {retries_left} after {reason}",
+                reason=why,
                 attempt=(attempt.number, ended),
             )
         except TransitionError:  # cancelled meanwhile: the loop's first check finishes it
             store.update_attempt(job_id, attempt.number, **ended)
             continue
-        _backoff(store, job_id, errors, control)
+        if outcome != "preempted":  # capacity comes back at once here; errors wait a little
+            _backoff(store, job_id, errors or 1, control)
 
 
 def _in_container_paths(
@@ -545,12 +586,19 @@ def _watch(
     max_runtime: float | None,
     sync: OutputSync,
     observer: Observer,
+    preempt_every: float | None = None,
 ) -> tuple[str, int]:
-    """Wait for the attempt, heartbeating, and stop it on cancel, timeout, an alert (with
-    ``on_alert: stop``) or SIGTERM."""
+    """Wait for the attempt, heartbeating, and stop it on cancel, timeout, preemption (asked
+    with `ferry preempt`, or simulated), an alert (with ``on_alert: stop``) or SIGTERM."""
+    import random
+
     deadline = (job.started_at or time.time()) + max_runtime if max_runtime else None
+    preempt_at = (
+        time.monotonic() + preempt_every * random.uniform(0.5, 1.5) if preempt_every else None
+    )
     last_beat = last_control = last_sync = last_sample = time.monotonic()
     sync_every = float(config.get("outputs.sync_interval"))
+    last_saved = _mtime(sync.local / "checkpoints")
     sample_every = float(config.get("telemetry.interval"))
     stopping: str | None = None
     stop_sent = 0.0
@@ -568,8 +616,9 @@ def _watch(
         if mono - last_sample >= sample_every:  # short jobs never pay for a sampler
             last_sample = mono
             observer.sample(running.pid)
-        if sync.remote and mono - last_sync >= sync_every:
-            last_sync = mono
+        saved = _mtime(sync.local / "checkpoints") if sync.remote else 0
+        if sync.remote and (mono - last_sync >= sync_every or saved != last_saved):
+            last_sync, last_saved = mono, saved  # a new checkpoint goes up at once
             try:  # checkpoints reach the bucket while the job runs
                 sync.sync()
             except Exception as exc:
@@ -590,22 +639,37 @@ def _watch(
                 stopping = "stopped"
             elif deadline and time.time() >= deadline:
                 stopping = "timeout"
+            elif preempt_at is not None and mono >= preempt_at:
+                stopping, observer.preempted_by = "preempted", "simulate.preempt_every"
             elif mono - last_control >= defaults.CONTROL_POLL or _woken(control):
                 last_control = mono
                 status = store.get_job(job.id).status
+                asked = take_preempt_request(job)
                 if status is _S.CANCELLING:
                     stopping = "cancelled"
                 elif status.is_terminal():  # declared lost meanwhile: not ours any more
                     return "abandoned", -signal.SIGKILL
+                elif asked:
+                    stopping, observer.preempted_by = "preempted", asked
             if stopping:
-                store.add_event(
-                    job.id,
-                    f"stopping the attempt ({stopping}): SIGTERM, then SIGKILL after {grace:g}s",
+                what = (
+                    f"preemption notice ({observer.preempted_by})"
+                    if stopping == "preempted"
+                    else f"stopping the attempt ({stopping})"
                 )
+                store.add_event(job.id, f"{what}: SIGTERM, then SIGKILL after {grace:g}s")
                 running.stop()
                 stop_sent = mono
         elif mono - stop_sent >= grace:
             running.kill()
+
+
+def _mtime(path: Path) -> int:
+    """A folder's modification time (changes when a checkpoint is renamed into it)."""
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return 0
 
 
 def _woken(control: Control) -> bool:

@@ -226,11 +226,46 @@ def cancel(store: Store, job: Job) -> Job:
         )
     except TransitionError:
         return store.get_job(job.id)
+    _wake(job)
+    return job
+
+
+def _wake(job: Job) -> None:
+    """Have the job's supervisor look at the store now, not at its next poll."""
     if job.supervisor_pid and job.supervisor_host == hostname() and supervisor_alive(job):
         # (alive was checked first: a reused pid would be killed by SIGUSR1)
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(job.supervisor_pid, signal.SIGUSR1)  # wake it now, not at its next poll
-    return job
+            os.kill(job.supervisor_pid, signal.SIGUSR1)
+
+
+PREEMPT_FILE = "preempt"  # in the job folder: `ferry preempt` asks the supervisor to
+
+
+def preempt(store: Store, job: Job, source: str = "ferry preempt") -> None:
+    """Preempt the job's running attempt as a provider reclaiming capacity would: the
+    supervisor sends the stop notice (SIGTERM, grace, SIGKILL), then starts a new attempt
+    while retries.on_preemption allows."""
+    if job.status is not _S.RUNNING:
+        raise UsageError(
+            f"job {job.id} is {job.status.value}; only a running job can be preempted",
+            "see its state with: ferry status " + job.id,
+        )
+    path = Path(job.job_dir) / PREEMPT_FILE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(source)
+    os.replace(tmp, path)
+    _wake(job)
+
+
+def take_preempt_request(job: Job) -> str | None:
+    """The pending preemption request's source, consumed; None if there is none."""
+    path = Path(job.job_dir) / PREEMPT_FILE
+    try:
+        source = path.read_text().strip() or "ferry preempt"
+        path.unlink()
+    except OSError:
+        return None
+    return source
 
 
 def _finish_job(
@@ -303,10 +338,41 @@ def submitted_env(job: Job) -> dict[str, str] | None:
     return env
 
 
+def _resume(store: Store, job: Job) -> bool:
+    """Give a job whose supervisor was lost (kill -9, a reboot) a new supervisor, which
+    starts a new attempt from the latest checkpoint; as a preemption, it counts against
+    retries.on_preemption. Returns whether the job goes on."""
+    if job.status is _S.CANCELLING:
+        return False
+    used = sum(
+        a.status in (AttemptStatus.LOST, AttemptStatus.PREEMPTED) for a in store.attempts(job.id)
+    )
+    allowed = int((job.spec.get("retries") or {}).get("on_preemption", 20))
+    if used > allowed:
+        return False
+    try:
+        resumed = store.transition(
+            job.id,
+            _S.RECOVERING,
+            expected={job.status},
+            reason=f"supervisor lost; resuming in a new attempt ({used} of {allowed})",
+            supervisor_pid=None,
+            supervisor_host=None,
+            supervisor_started=None,
+        )
+    except TransitionError:
+        return True  # someone else moved it meanwhile (resumed it, or it ended)
+    from ferry.supervisor import spawn_supervisor
+
+    spawn_supervisor(resumed)
+    return True
+
+
 def reconcile(store: Store, admit: bool = True) -> list[Job]:
-    """Turn jobs whose supervisor vanished (kill -9, reboot) into lost attempts, then (with
+    """Turn jobs whose supervisor vanished (kill -9, reboot) into lost attempts and resume
+    them under a new supervisor (or fail them, past retries.on_preemption), then (with
     ``admit``) start queued jobs that fit: room may have been freed by a lost job, a cancel,
-    or a change of config. Returns the jobs found lost."""
+    or a change of config. Returns the jobs found lost and failed."""
     lost: list[Job] = []
     for job in store.list_jobs(ACTIVE):
         if job.backend != "local" or supervisor_alive(job):
@@ -322,6 +388,8 @@ def reconcile(store: Store, admit: bool = True) -> list[Job]:
                 ended_at=time.time(),
                 reason="supervisor lost",
             )
+        if _resume(store, job):
+            continue
         env = submitted_env(job)  # for announcing the end: gone once the job is finished
         try:
             reason = "supervisor lost (it stopped without recording how the job ended)"

@@ -51,6 +51,7 @@ class Observer:
         self.notifier = notifier
         self.stop_on_alert = alerts.get("on_alert") == "stop"
         self.stopped_by: Alert | None = None  # the alert that ended the attempt
+        self.preempted_by: str | None = None  # who preempted it (ferry preempt, simulate)
         self.reader = MetricsReader(store, job.id, attempt, metrics_file, self._points)
         self.printed = PrintedMetricsReader(
             store, job.id, attempt, log_path, spec.get("metrics") or {}, self._points

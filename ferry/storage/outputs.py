@@ -8,6 +8,7 @@ location with a manifest is complete.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -21,6 +22,7 @@ from ferry.storage.locations import Location, parse_uri
 from ferry.storage.registry import filesystem
 
 MANIFEST = "manifest.json"
+CHECKPOINT_MANIFEST = "MANIFEST.json"  # written last in each checkpoint (runtime.checkpoint)
 LIVE_FOLDERS = ("checkpoints", "tensorboard")
 
 
@@ -55,7 +57,9 @@ class OutputSync:
         changed = []
         roots = [self.local / f for f in folders] if folders else [self.local]
         for root in roots:
-            for dirpath, _, files in os.walk(root):
+            for dirpath, dirs, files in os.walk(root):
+                # checkpoints being written or removed (ferry.runtime.checkpoint)
+                dirs[:] = [d for d in dirs if not d.startswith((".tmp-", ".old-"))]
                 for name in files:
                     path = Path(dirpath) / name
                     relative = path.relative_to(self.local).as_posix()
@@ -75,16 +79,68 @@ class OutputSync:
         if not self.remote:
             return 0
         changed = self._changed(folders)
-        if not changed:
+        gone = self._removed_checkpoints(folders)
+        if not changed and not gone:
             return 0
         fs = filesystem(self.target.protocol)
-        fs.put([str(c[1]) for c in changed], [self.target.child(c[0]).path for c in changed])
+        # a checkpoint's manifest goes after its data: what has a manifest there is whole
+        for batch in (
+            [c for c in changed if not c[0].endswith("/" + CHECKPOINT_MANIFEST)],
+            [c for c in changed if c[0].endswith("/" + CHECKPOINT_MANIFEST)],
+        ):
+            if batch:
+                fs.put([str(c[1]) for c in batch], [self.target.child(c[0]).path for c in batch])
+        if gone:  # checkpoints the script's keep-the-last-K removed: manifest first
+            gone.sort(key=lambda relative: not relative.endswith("/" + CHECKPOINT_MANIFEST))
+            for relative in gone:
+                with contextlib.suppress(FileNotFoundError):
+                    fs.rm(self.target.child(relative).path)
+                self.sent.pop(relative, None)
         sent = 0
         for relative, _, state in changed:
             self.sent[relative] = state
             sent += state[0]
         self.bytes_sent += sent
         return sent
+
+    def _removed_checkpoints(self, folders: tuple[str, ...] | None) -> list[str]:
+        """Sent files of checkpoint folders (``checkpoints/ckpt-*``) no longer here."""
+        if folders is not None and "checkpoints" not in folders:
+            return []
+        return [
+            relative
+            for relative in self.sent
+            if relative.startswith("checkpoints/ckpt-") and not (self.local / relative).exists()
+        ]
+
+    def pull_checkpoints(self) -> int:
+        """Bring the bucket's checkpoints here before an attempt starts (a fresh machine, or
+        a folder lost with the old one): complete checkpoints missing locally are
+        downloaded, manifest last. Returns the files fetched."""
+        if not self.remote:
+            return 0
+        fs = filesystem(self.target.protocol)
+        remote = self.target.child("checkpoints").path
+        try:
+            found = fs.find(remote)
+        except FileNotFoundError:
+            return 0
+        wanted = []
+        for path in found:
+            relative = "checkpoints/" + path[len(remote) :].lstrip("/")
+            if "/.tmp-" in relative or (self.local / relative).exists():
+                continue
+            wanted.append((path, relative))
+        wanted.sort(key=lambda item: item[1].endswith("/" + CHECKPOINT_MANIFEST))
+        for path, relative in wanted:
+            target = self.local / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            partial = target.with_name(target.name + ".tmp")
+            fs.get(path, str(partial))
+            os.replace(partial, target)  # never a half-fetched file under the real name
+            stat = target.stat()
+            self.sent[relative] = (stat.st_size, stat.st_mtime_ns)
+        return len(wanted)
 
     def collect(self, workdir: Path, patterns: tuple[str, ...] | list[str]) -> int:
         """Copy files matching ``patterns`` (globs, ``**`` for any depth) from the job's

@@ -214,6 +214,8 @@ def test_ctrl_c_cancels_the_attached_job(home: Path, project: Path) -> None:
 
 
 def test_supervisor_kill_9_becomes_lost_and_job_processes_die(home: Path, project: Path) -> None:
+    """With no preemption retries left, a lost supervisor fails the job (resuming is in
+    tests/runtime/test_resume.py)."""
     script(
         project,
         "escape.py",
@@ -226,7 +228,8 @@ def test_supervisor_kill_9_becomes_lost_and_job_processes_die(home: Path, projec
         time.sleep(120)
     """,
     )
-    job_id = submit("--", "python", "escape.py", cwd=project)
+    (project / "job.yaml").write_text("command: python escape.py\nretries: {on_preemption: 0}\n")
+    job_id = submit("job.yaml", cwd=project)
     status = wait_status(job_id, "RUNNING")
     pids_file = Path(status["outputs"]) / "output" / "pids"
     wait_for(pids_file.exists, 30, "the job to write its pids")

@@ -143,15 +143,14 @@ def test_a_lost_supervisor_is_announced_by_the_command_that_notices(
     from ferry.store import open_store
 
     (project / "sleep.py").write_text("import time\nprint('up', flush=True)\ntime.sleep(60)\n")
+    (project / "job.yaml").write_text("command: python sleep.py\nretries: {on_preemption: 0}\n")
     with webhook_server() as hook:
         result = ferry(
             "run",
             "--detach",
             "--notify",
             "webhook=${HOOK}",
-            "--",
-            "python",
-            "sleep.py",
+            "job.yaml",
             cwd=project,
             env={"HOOK": f"{hook.url}/x"},
         )  # the command that notices below runs without HOOK: the job's own env is used

@@ -1,0 +1,342 @@
+"""Checkpoints a preempted or crashed job resumes from: ``from ferry.runtime import checkpoint``.
+
+``checkpoint.save(state, step)`` writes ``ckpt-<step>/`` in the job's checkpoint folder
+(``FERRY_CHECKPOINT_DIR``; outside Ferry ``AIP_CHECKPOINT_DIR``, ``/opt/ml/checkpoints`` or
+``./checkpoints``). The files are written and fsynced in a hidden temporary folder, then
+``MANIFEST.json`` (each file's size and CRC-32), then the folder is renamed into place and
+its parent fsynced: a checkpoint either exists whole or not at all, whatever kills the
+process and when. The last ``keep`` are kept (``checkpoint.keep`` in the spec, 3 by default).
+
+``checkpoint.restore()`` returns the newest checkpoint whose files match their manifest,
+skipping partial or corrupt ones, or None on a first start. With ``background=True``,
+``save()`` copies the tensors to host memory and returns; a thread writes them while
+training goes on (the next save, a preemption notice and the process's exit wait for it).
+
+State is written with ``torch.save`` when torch is in use, else with pickle; a path (a file
+or folder the script wrote itself) is copied in as it is.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import pickle
+import re
+import shutil
+import sys
+import threading
+import time
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+MANIFEST = "MANIFEST.json"
+STATE_FILE = "state.pt"
+DEFAULT_KEEP = 3
+_NAME = re.compile(r"^ckpt-(\d+)$")
+_CHUNK = 8 << 20
+
+
+def directory() -> Path:
+    """Where checkpoints go: the job's checkpoint folder, or a local one outside Ferry."""
+    for var in ("FERRY_CHECKPOINT_DIR", "AIP_CHECKPOINT_DIR"):
+        value = os.environ.get(var)
+        if value:
+            if value.startswith("gs://"):  # Vertex AI mounts buckets at /gcs
+                value = "/gcs/" + value[len("gs://") :]
+            return Path(value)
+    if Path("/opt/ml/checkpoints").is_dir():  # SageMaker's
+        return Path("/opt/ml/checkpoints")
+    return Path("checkpoints")
+
+
+def _keep() -> int:
+    text = os.environ.get("FERRY_CHECKPOINT_KEEP", "")
+    return int(text) if text.isdigit() and int(text) > 0 else DEFAULT_KEEP
+
+
+def _rank() -> int:
+    text = os.environ.get("RANK") or os.environ.get("FERRY_NODE_RANK") or "0"
+    return int(text) if text.isdigit() else 0
+
+
+@dataclass
+class Checkpoint:
+    """A complete checkpoint on disk."""
+
+    step: int
+    path: Path  # the ckpt-<step> folder
+    format: str = "files"  # torch | pickle | files
+    files: dict[str, dict[str, int]] = field(default_factory=dict)  # name -> size, crc32
+    state: Any = None  # what save() was given, once restore() has loaded it
+
+    @property
+    def state_file(self) -> Path:
+        return self.path / STATE_FILE
+
+    def verify(self) -> None:
+        """Raise ValueError unless every file matches the manifest."""
+        for name, meta in self.files.items():
+            path = self.path / name
+            crc = 0
+            size = 0
+            with open(path, "rb") as file:
+                for block in iter(lambda f=file: f.read(_CHUNK), b""):  # type: ignore[misc]
+                    crc = zlib.crc32(block, crc)
+                    size += len(block)
+            if size != meta["size"] or crc != meta["crc32"]:
+                raise ValueError(f"{name} does not match its manifest")
+
+
+class CheckpointError(Exception):
+    """A checkpoint could not be written (the previous ones are intact)."""
+
+
+class _Digest:
+    """A file object that counts and checksums what passes through it."""
+
+    def __init__(self, file: BinaryIO) -> None:
+        self.file = file
+        self.size = 0
+        self.crc = 0
+
+    def write(self, data: bytes) -> int:
+        self.crc = zlib.crc32(data, self.crc)
+        self.size += len(data)
+        return self.file.write(data)
+
+    def flush(self) -> None:
+        self.file.flush()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_file(path: Path, fill: Any) -> dict[str, int]:
+    """Create ``path`` with ``fill(file)``, fsync it; returns its size and CRC."""
+    with open(path, "wb") as raw:
+        digest = _Digest(raw)
+        fill(digest)
+        raw.flush()
+        os.fsync(raw.fileno())
+    return {"size": digest.size, "crc32": digest.crc}
+
+
+def _serialize(state: Any, folder: Path) -> tuple[str, dict[str, dict[str, int]]]:
+    if isinstance(state, str | os.PathLike):
+        source = Path(state)
+        if not source.exists():
+            raise CheckpointError(f"{source} does not exist")
+        files = {}
+        sources = [source] if source.is_file() else sorted(source.rglob("*"))
+        for item in sources:
+            if not item.is_file():
+                continue
+            name = item.name if source.is_file() else item.relative_to(source).as_posix()
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            with open(item, "rb") as src:
+                files[name] = _write_file(
+                    folder / name, lambda f, src=src: shutil.copyfileobj(src, f, _CHUNK)
+                )
+        return "files", files
+    if "torch" in sys.modules:
+        import torch
+
+        return "torch", {
+            STATE_FILE: _write_file(folder / STATE_FILE, lambda f: torch.save(state, f))
+        }
+    return "pickle", {
+        STATE_FILE: _write_file(folder / STATE_FILE, lambda f: pickle.dump(state, f, protocol=5))
+    }
+
+
+def _write(state: Any, step: int, keep: int) -> Path:
+    root = directory()
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"ckpt-{step:012d}"
+    tmp = root / f".tmp-ckpt-{step:012d}-{os.getpid()}-{threading.get_ident()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        kind, files = _serialize(state, tmp)
+        manifest = {"step": step, "time": time.time(), "format": kind, "files": files}
+        _write_file(tmp / MANIFEST, lambda f: f.write(json.dumps(manifest, indent=1).encode()))
+        _fsync_dir(tmp)
+        if final.exists():  # the same step saved again: the new one wins
+            old = root / f".old-{final.name}-{os.getpid()}"
+            os.replace(final, old)
+            os.replace(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, final)
+        _fsync_dir(root)
+    except BaseException as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise CheckpointError(
+                f"checkpoint of step {step} could not be written in {root}: {exc.strerror or exc};"
+                " the previous checkpoints are intact"
+            ) from exc
+        raise
+    _prune(root, keep)
+    return final
+
+
+def _prune(root: Path, keep: int) -> None:
+    """Keep the newest ``keep`` checkpoints; remove leftovers of writers that died."""
+    for _, path in _listed(root)[keep:]:
+        old = root / f".old-{path.name}-{os.getpid()}"
+        with contextlib.suppress(OSError):
+            os.replace(path, old)  # gone at once, then removed at leisure
+            shutil.rmtree(old, ignore_errors=True)
+    for path in root.glob(".tmp-ckpt-*"):
+        pid = path.name.split("-")[3] if path.name.count("-") >= 4 else ""
+        if pid.isdigit() and int(pid) != os.getpid() and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(path, ignore_errors=True)
+    for path in root.glob(".old-ckpt-*"):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _listed(root: Path) -> list[tuple[int, Path]]:
+    """Checkpoint folders with a manifest, newest step first (not verified)."""
+    found = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(root):
+            match = _NAME.match(entry.name)
+            if match and os.path.exists(os.path.join(entry.path, MANIFEST)):
+                found.append((int(match.group(1)), Path(entry.path)))
+    return sorted(found, reverse=True)
+
+
+def _read(path: Path) -> Checkpoint:
+    manifest = json.loads((path / MANIFEST).read_text())
+    files = {
+        str(k): {"size": int(v["size"]), "crc32": int(v["crc32"])}
+        for k, v in manifest["files"].items()
+    }
+    return Checkpoint(int(manifest["step"]), path, str(manifest.get("format", "files")), files)
+
+
+def checkpoints() -> list[Checkpoint]:
+    """The checkpoints present, newest first (their files are not checked)."""
+    out = []
+    for _, path in _listed(directory()):
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            out.append(_read(path))
+    return out
+
+
+def latest() -> Checkpoint | None:
+    """The newest checkpoint whose files match their manifest (not loaded)."""
+    wait()
+    for _, path in _listed(directory()):
+        try:
+            found = _read(path)
+            found.verify()
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            print(f"ferry: skipping checkpoint {path.name}: {exc}", file=sys.stderr)
+            continue
+        return found
+    return None
+
+
+def restore(map_location: Any = None, weights_only: bool = True) -> Checkpoint | None:
+    """The newest complete checkpoint with its state loaded (``.state``; for a saved path,
+    ``.path`` holds the files), or None when there is none yet. ``map_location`` and
+    ``weights_only`` go to ``torch.load``."""
+    found = latest()
+    if found is None or found.format == "files":
+        return found
+    data = found.state_file.read_bytes()
+    import io
+
+    if found.format == "torch":
+        import torch
+
+        found.state = torch.load(
+            io.BytesIO(data), map_location=map_location, weights_only=weights_only
+        )
+    else:
+        found.state = pickle.loads(data)
+    return found
+
+
+# -- saving, now or in the background -----------------------------------------------------
+
+_pending: threading.Thread | None = None
+_pending_error: list[BaseException] = []
+
+
+def wait() -> None:
+    """Wait for a background save to finish; raise what it raised."""
+    global _pending
+    if _pending is not None:
+        _pending.join()
+        _pending = None
+    if _pending_error:
+        error = _pending_error.pop()
+        raise error
+
+
+def _to_host(state: Any) -> Any:
+    """A copy of ``state`` whose tensors live in host memory (and no longer change)."""
+    if "torch" in sys.modules:
+        import torch
+
+        if isinstance(state, torch.Tensor):
+            return state.detach().to("cpu", copy=True)
+    if isinstance(state, dict):
+        return type(state)((k, _to_host(v)) for k, v in state.items())
+    if isinstance(state, list | tuple):
+        items = [_to_host(v) for v in state]
+        return type(state)(items) if isinstance(state, list) else tuple(items)
+    import copy
+
+    return copy.deepcopy(state)
+
+
+def save(
+    state: Any,
+    step: int,
+    *,
+    keep: int | None = None,
+    background: bool = False,
+    all_ranks: bool = False,
+) -> Path | None:
+    """Write a checkpoint of ``state`` (an object, or the path of a file or folder) at
+    ``step``. Only rank 0 writes unless ``all_ranks``. Returns the checkpoint's folder (None
+    when written in the background, or on another rank)."""
+    global _pending
+    if _rank() != 0 and not all_ranks:
+        return None
+    keep = keep or _keep()
+    wait()  # one save at a time, in order
+    if not background:
+        return _write(state, step, keep)
+    if isinstance(state, str | os.PathLike):
+        raise CheckpointError("background saves take a state object, not a path")
+    snapshot = _to_host(state)
+
+    def run() -> None:
+        try:
+            _write(snapshot, step, keep)
+        except BaseException as exc:  # raised by the next wait() or save()
+            _pending_error.append(exc)
+
+    _pending = threading.Thread(target=run, name="ferry-checkpoint", daemon=True)
+    _pending.start()
+    return None
+
+
+@atexit.register
+def _finish_pending() -> None:
+    if _pending is not None:
+        _pending.join()
