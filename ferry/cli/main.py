@@ -39,6 +39,7 @@ COMMANDS = {
     "outputs": "outputs_cmd",
     "cache": "cache_cmd",
     "config": "config_cmd",
+    "agent": "agent_cmd",
 }
 
 

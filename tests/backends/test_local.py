@@ -620,7 +620,11 @@ def test_relative_paths_are_fixed_at_submit(home: Path, tmp_path: Path) -> None:
 
 
 def test_a_lost_jobs_whole_group_is_stopped(home: Path, project: Path) -> None:
-    job_id = submit("--", "sh", "-c", "sleep 1011 & env -i sleep 1012 & sleep 1013", cwd=project)
+    (project / "job.yaml").write_text(  # not resumed: its new attempt would sleep again
+        "command: sh -c 'sleep 1011 & env -i sleep 1012 & sleep 1013'\n"
+        "retries: {on_preemption: 0}\n"
+    )
+    job_id = submit("job.yaml", cwd=project)
     wait_status(job_id, "RUNNING")
     from ferry.store import open_store
 

@@ -157,3 +157,54 @@ def test_outputs_to_azure_blob(stores: dict[str, Any], home: Path, project: Path
     az.invalidate_cache()
     assert az.cat_file(f"{bucket}/runs/{job_id}/model/m.bin") == b"az"
     assert json.loads(az.cat_file(f"{bucket}/runs/{job_id}/manifest.json"))["complete"] is True
+
+
+CHECKPOINTING = textwrap.dedent("""
+    import os, time
+    from ferry import runtime
+    for step in (1, 2, 3):
+        runtime.checkpoint.save({"step": step}, step)
+        time.sleep(0.3)
+    gate = os.path.join(os.environ["FERRY_TEST_TMP"], "finish")
+    while not os.path.exists(gate):
+        time.sleep(0.05)
+""")
+
+
+def test_checkpoints_reach_the_bucket_as_written_and_a_fresh_machine_gets_them(
+    stores: dict[str, Any],
+    home: Path,
+    project: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from ferry.storage.outputs import OutputSync
+
+    s3, bucket = stores["s3"], stores["bucket"]
+    ferry("config", "set", "outputs.sync_interval", "1h")  # only the new checkpoints trigger it
+    (project / "train.py").write_text(CHECKPOINTING)
+    (project / "job.yaml").write_text(
+        f"command: python train.py\noutputs: s3://{bucket}/runs/{{job_id}}\ncheckpoint: {{keep: 2}}\n"
+    )
+    job_id = submit("job.yaml", cwd=project)
+    root = f"{bucket}/runs/{job_id}/checkpoints"
+
+    def remote() -> set[str]:
+        s3.invalidate_cache()
+        return {p[len(root) + 1 :] for p in s3.find(root)} if s3.exists(root) else set()
+
+    expected = {f"ckpt-00000000000{n}/{f}" for n in (2, 3) for f in ("MANIFEST.json", "state.pt")}
+    wait_for(lambda: remote() == expected, 30, "the last two checkpoints, and only those")
+    assert job_status(job_id)["status"] == "RUNNING"
+    (tmp_path / "finish").write_text("")
+    assert ferry("wait", job_id).returncode == 0
+
+    # a new attempt on a machine that has nothing: the bucket's checkpoints come first
+    fresh = tmp_path / "fresh"
+    sync = OutputSync.for_outputs(f"s3://{bucket}/runs/{job_id}", fresh)
+    assert sync.pull_checkpoints() == 4 and sync.pull_checkpoints() == 0
+    monkeypatch.setenv("FERRY_CHECKPOINT_DIR", str(sync.local / "checkpoints"))
+    from ferry.runtime import checkpoint
+
+    found = checkpoint.restore()
+    assert found is not None and found.step == 3 and found.state == {"step": 3}
