@@ -60,6 +60,11 @@ def _fork_supervisor(job_id: str, log_path: Path) -> None:
             os.waitpid(pid, 0)
             return
     try:
+        from ferry.procs import SUPERVISOR_NAME, name_this_process
+
+        # named before the second fork, so the supervisor carries the name from its first
+        # instant: a job's clean-up (which spares supervisors) may run as soon as we return
+        name_this_process(SUPERVISOR_NAME)
         os.setsid()
         if os.fork():
             os._exit(0)

@@ -80,14 +80,7 @@ class Checkpoint:
     def verify(self) -> None:
         """Raise ValueError unless every file matches the manifest."""
         for name, meta in self.files.items():
-            path = self.path / name
-            crc = 0
-            size = 0
-            with open(path, "rb") as file:
-                for block in iter(lambda f=file: f.read(_CHUNK), b""):  # type: ignore[misc]
-                    crc = zlib.crc32(block, crc)
-                    size += len(block)
-            if size != meta["size"] or crc != meta["crc32"]:
+            if _crc_of(self.path / name) != (meta["size"], meta["crc32"]):
                 raise ValueError(f"{name} does not match its manifest")
 
 
@@ -103,13 +96,39 @@ class _Digest:
         self.size = 0
         self.crc = 0
 
-    def write(self, data: bytes) -> int:
+    def write(self, data: Any) -> int:
         self.crc = zlib.crc32(data, self.crc)
-        self.size += len(data)
+        self.size += memoryview(data).nbytes
         return self.file.write(data)
 
     def flush(self) -> None:
         self.file.flush()
+
+
+def _crc_of(path: Path) -> tuple[int, int]:
+    """(size, CRC-32) of a file, read once: the checksum of one block is computed on a
+    helper thread while the next is read."""
+    import queue
+
+    blocks: queue.Queue[bytes | None] = queue.Queue(maxsize=4)
+    result = [0]
+
+    def run() -> None:
+        while (block := blocks.get()) is not None:
+            result[0] = zlib.crc32(block, result[0])
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    size = 0
+    try:
+        with open(path, "rb", buffering=0) as file:
+            while block := file.read(_CHUNK):
+                size += len(block)
+                blocks.put(block)
+    finally:
+        blocks.put(None)
+        worker.join()
+    return size, result[0]
 
 
 def _fsync_dir(path: Path) -> None:
@@ -191,18 +210,26 @@ def _write(state: Any, step: int, keep: int) -> Path:
 
 
 def _prune(root: Path, keep: int) -> None:
-    """Keep the newest ``keep`` checkpoints; remove leftovers of writers that died."""
+    """Keep the newest ``keep`` checkpoints: older ones are renamed out of sight at once and
+    deleted on a helper thread (gigabytes, perhaps: not part of the save's time), with the
+    leftovers of writers that died."""
     for _, path in _listed(root)[keep:]:
-        old = root / f".old-{path.name}-{os.getpid()}"
         with contextlib.suppress(OSError):
-            os.replace(path, old)  # gone at once, then removed at leisure
-            shutil.rmtree(old, ignore_errors=True)
-    for path in root.glob(".tmp-ckpt-*"):
-        pid = path.name.split("-")[3] if path.name.count("-") >= 4 else ""
-        if pid.isdigit() and int(pid) != os.getpid() and not Path(f"/proc/{pid}").exists():
+            os.replace(path, root / f".old-{path.name}-{os.getpid()}")
+    threading.Thread(target=_remove_leftovers, args=(root,), daemon=True).start()
+
+
+_removing = threading.Lock()
+
+
+def _remove_leftovers(root: Path) -> None:
+    with _removing:
+        for path in root.glob(".old-ckpt-*"):
             shutil.rmtree(path, ignore_errors=True)
-    for path in root.glob(".old-ckpt-*"):
-        shutil.rmtree(path, ignore_errors=True)
+        for path in root.glob(".tmp-ckpt-*"):
+            pid = path.name.split("-")[3] if path.name.count("-") >= 4 else ""
+            if pid.isdigit() and int(pid) != os.getpid() and not Path(f"/proc/{pid}").exists():
+                shutil.rmtree(path, ignore_errors=True)
 
 
 def _listed(root: Path) -> list[tuple[int, Path]]:
@@ -251,21 +278,19 @@ def latest() -> Checkpoint | None:
 def restore(map_location: Any = None, weights_only: bool = True) -> Checkpoint | None:
     """The newest complete checkpoint with its state loaded (``.state``; for a saved path,
     ``.path`` holds the files), or None when there is none yet. ``map_location`` and
-    ``weights_only`` go to ``torch.load``."""
+    ``weights_only`` go to ``torch.load``, which maps the file (it has just been read to
+    check it, so its pages are in memory) rather than copying it."""
     found = latest()
     if found is None or found.format == "files":
         return found
-    data = found.state_file.read_bytes()
-    import io
-
     if found.format == "torch":
         import torch
 
         found.state = torch.load(
-            io.BytesIO(data), map_location=map_location, weights_only=weights_only
+            found.state_file, map_location=map_location, weights_only=weights_only, mmap=True
         )
     else:
-        found.state = pickle.loads(data)
+        found.state = pickle.loads(found.state_file.read_bytes())
     return found
 
 
