@@ -52,13 +52,14 @@ def unit_text(ferry_home: Path) -> str:
     command = shlex.join([sys.executable, "-m", "ferry.cli.main", "agent"])
     return (
         "[Unit]\n"
-        "Description=Ferry agent: resumes jobs whose supervisor was lost\n"
-        "After=network-online.target\n\n"
+        "Description=Ferry agent: resumes jobs whose supervisor was lost\n\n"
         "[Service]\n"
         f"Environment={shlex.quote('FERRY_HOME=' + str(ferry_home))}\n"
         f"ExecStart={command}\n"
         "Restart=on-failure\n"
-        "RestartSec=5\n\n"
+        "RestartSec=5\n"
+        # the supervisors it starts are detached: stopping the agent must leave them running
+        "KillMode=process\n\n"
         "[Install]\n"
         "WantedBy=default.target\n"
     )

@@ -4,6 +4,7 @@ and ended with the outputs delivered before the job is marked finished."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -182,7 +183,11 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
     sync = OutputSync.for_outputs(job.outputs, Path(job.job_dir))
     dirs = JobDirs.under(str(sync.local))
     limits, retries = spec.get("limits") or {}, spec.get("retries") or {}
-    grace = float(limits.get("stop_grace") or config.get("local.stop_grace"))
+    grace = float(
+        limits["stop_grace"]
+        if limits.get("stop_grace") is not None
+        else config.get("local.stop_grace")
+    )
     max_runtime = limits.get("max_runtime")
     retries_left = int(retries.get("on_error", 0))
     preemptions_allowed = int(retries.get("on_preemption", 20))
@@ -195,7 +200,7 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
     except OSError as exc:
         _finish_job(store, job_id, _S.FAILED, f"cannot create outputs in {sync.local}: {exc}")
         return True
-    errors = 0
+    errors = retried = 0
     while True:
         job = store.get_job(job_id)
         if job.status is _S.CANCELLING:
@@ -238,6 +243,7 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
             ),
         }
         metrics_file = Path(job.job_dir) / f"metrics-{attempt.number}.jsonl"
+        take_preempt_request(job)  # one left from the last attempt is not for this one
         env["FERRY_METRICS_FILE"] = str(metrics_file)
         env["FERRY_CHECKPOINT_KEEP"] = str((spec.get("checkpoint") or {}).get("keep", 3))
         # a script may say why it failed, as on SageMaker; even when it exits 0
@@ -303,6 +309,11 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
             store, job, running, control, grace, max_runtime, sync, observer, preempt_every
         )
         observer.finish()  # what the script reported last
+        if sync.remote:  # a checkpoint saved on the notice reaches the bucket before a resume
+            try:
+                sync.sync(("checkpoints",))
+            except Exception as exc:
+                store.add_event(job_id, f"syncing checkpoints to {sync.target.uri} failed: {exc}")
         _note_hypertune(store, job_id, Path(env["CLOUD_ML_HP_METRIC_FILE"]))
         if outcome == "abandoned":
             _abandon(store, job_id, attempt.number, running)
@@ -334,17 +345,41 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
         elif outcome == "alert" and observer.stopped_by:
             reason = f"stopped on alert: {observer.stopped_by.message}"
             ending = (AttemptStatus.FAILED, _S.FAILED, reason)
-        elif outcome == "stopped":
+        elif outcome == "stopped":  # a shutdown or reboot: the job resumes afterwards
             reason = f"its supervisor was stopped by {signal.Signals(control.terminated).name}"
-            ending = (AttemptStatus.FAILED, _S.FAILED, reason)
+            store.update_attempt(
+                job_id,
+                attempt.number,
+                status=AttemptStatus.LOST,
+                ended_at=time.time(),
+                exit_code=code,
+                reason=reason,
+            )
+            with contextlib.suppress(TransitionError):  # left with this (soon dead) supervisor
+                store.transition(
+                    job_id,
+                    _S.RECOVERING,
+                    expected={_S.RUNNING},
+                    reason=f"{reason}; the next ferry command or ferry agent resumes it",
+                )
+            with contextlib.suppress(Exception):
+                sync.sync(("checkpoints",))
+            return False
         else:
             reason = _failure_reason(code, running.tail(defaults.REASON_LOG_LINES), running._killed)
             ending = (AttemptStatus.FAILED, _S.FAILED, reason)
         failed_exit = ending[0] is AttemptStatus.FAILED and outcome == "exited"
         if outcome == "preempted" and resume:
             why = f"{reason}; resuming from the latest checkpoint"
-        elif failed_exit and code in retried_codes and not marker:
-            why = f"{reason}; exit code {code} is always retried (retries.on_exit_codes)"
+        elif failed_exit and _shell_code(code) in retried_codes and not marker:
+            retried += 1
+            if retried > MAX_CODE_RETRIES:
+                reason = f"{reason}; retried {MAX_CODE_RETRIES} times (retries.on_exit_codes)"
+                _end(store, job_id, attempt.number, *ending[:2], reason, code, sync)
+                return True
+            why = (
+                f"{reason}; exit code {_shell_code(code)} is always retried (retries.on_exit_codes)"
+            )
         elif failed_exit and errors < retries_left:
             errors += 1
             why = f"retry {errors} of {retries_left} after {reason}"
@@ -364,7 +399,7 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
             store.update_attempt(job_id, attempt.number, **ended)
             continue
         if outcome != "preempted":  # capacity comes back at once here; errors wait a little
-            _backoff(store, job_id, errors or 1, control)
+            _backoff(store, job_id, max(errors, retried, 1), control)
 
 
 def _in_container_paths(
@@ -643,11 +678,15 @@ def _watch(
                 stopping, observer.preempted_by = "preempted", "simulate.preempt_every"
             elif mono - last_control >= defaults.CONTROL_POLL or _woken(control):
                 last_control = mono
-                status = store.get_job(job.id).status
+                now_job = store.get_job(job.id)
+                status = now_job.status
                 asked = take_preempt_request(job)
                 if status is _S.CANCELLING:
                     stopping = "cancelled"
-                elif status.is_terminal():  # declared lost meanwhile: not ours any more
+                elif status.is_terminal() or (now_job.supervisor_pid, now_job.supervisor_host) != (
+                    os.getpid(),
+                    hostname(),
+                ):  # declared lost meanwhile (and perhaps resumed elsewhere): not ours any more
                     return "abandoned", -signal.SIGKILL
                 elif asked:
                     stopping, observer.preempted_by = "preempted", asked
@@ -664,12 +703,26 @@ def _watch(
             running.kill()
 
 
+MAX_CODE_RETRIES = 100  # retries.on_exit_codes are not counted, but not endless either
+
+
+def _shell_code(code: int) -> int:
+    """An exit status as a shell shows it: 128+N for death by signal N."""
+    return 128 - code if code < 0 else code
+
+
 def _mtime(path: Path) -> int:
-    """A folder's modification time (changes when a checkpoint is renamed into it)."""
+    """The latest modification time of a folder and of the folders in it (changes when a
+    checkpoint is renamed into it, or into lightning/, hf/ ...)."""
     try:
-        return path.stat().st_mtime_ns
+        latest = path.stat().st_mtime_ns
+        with os.scandir(path) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    latest = max(latest, entry.stat(follow_symlinks=False).st_mtime_ns)
     except OSError:
         return 0
+    return latest
 
 
 def _woken(control: Control) -> bool:

@@ -17,7 +17,7 @@ from ferry import config, defaults
 from ferry.errors import FerryError, TransitionError, UsageError
 from ferry.procs import environ_of, hostname, is_supervisor, start_time
 from ferry.status import ACTIVE, AttemptStatus, JobStatus
-from ferry.store import Job, Store, open_store
+from ferry.store import Attempt, Job, Store, open_store
 from ferry.store.base import IdTaken
 
 if TYPE_CHECKING:
@@ -338,34 +338,59 @@ def submitted_env(job: Job) -> dict[str, str] | None:
     return env
 
 
-def _resume(store: Store, job: Job) -> bool:
-    """Give a job whose supervisor was lost (kill -9, a reboot) a new supervisor, which
-    starts a new attempt from the latest checkpoint; as a preemption, it counts against
-    retries.on_preemption. Returns whether the job goes on."""
+def _resume(store: Store, job: Job, last: Attempt | None) -> Job | None:
+    """Claim a job whose supervisor was lost (kill -9, a reboot) and give it a new
+    supervisor, which starts a new attempt from the latest checkpoint; like a preemption,
+    it counts against retries.on_preemption. Returns the job resumed, or None when it
+    should fail instead (or someone else claimed it first: then ``job`` is returned)."""
     if job.status is _S.CANCELLING:
-        return False
-    used = sum(
-        a.status in (AttemptStatus.LOST, AttemptStatus.PREEMPTED) for a in store.attempts(job.id)
-    )
+        return None
+    attempts = store.attempts(job.id)
+    lost = sum(a.status in (AttemptStatus.LOST, AttemptStatus.PREEMPTED) for a in attempts)
+    lost += bool(last and not last.status.is_terminal())  # the one about to be marked lost
+    # resumes whose supervisor died before it even started an attempt count too
+    resumes = sum(e.message.startswith(_RESUMING) for e in store.events(job.id))
+    used = max(lost, resumes + 1)
     allowed = int((job.spec.get("retries") or {}).get("on_preemption", 20))
     if used > allowed:
-        return False
+        return None
     try:
         resumed = store.transition(
             job.id,
             _S.RECOVERING,
             expected={job.status},
-            reason=f"supervisor lost; resuming in a new attempt ({used} of {allowed})",
+            supervised_by=(job.supervisor_pid, job.supervisor_started),
+            reason=f"{_RESUMING} ({used} of {allowed})",
             supervisor_pid=None,
             supervisor_host=None,
             supervisor_started=None,
         )
     except TransitionError:
-        return True  # someone else moved it meanwhile (resumed it, or it ended)
+        return job  # claimed (or finished) by someone else meanwhile: theirs to handle
+    _lost_attempt(store, job, last)
     from ferry.supervisor import spawn_supervisor
 
-    spawn_supervisor(resumed)
-    return True
+    try:
+        spawn_supervisor(resumed)
+    except OSError as exc:
+        _finish_job(store, job.id, _S.FAILED, f"could not start a new supervisor: {exc}")
+    return resumed
+
+
+_RESUMING = "supervisor lost; resuming in a new attempt"
+
+
+def _lost_attempt(store: Store, job: Job, last: Attempt | None) -> None:
+    """Stop what the lost supervisor's attempt left running and record it as lost."""
+    _kill_orphans(job, last.handle if last else None)
+    if last and not last.status.is_terminal():
+        store.update_attempt(
+            job.id,
+            last.number,
+            status=AttemptStatus.LOST,
+            ended_at=time.time(),
+            reason="supervisor lost",
+        )
 
 
 def reconcile(store: Store, admit: bool = True) -> list[Job]:
@@ -377,28 +402,33 @@ def reconcile(store: Store, admit: bool = True) -> list[Job]:
     for job in store.list_jobs(ACTIVE):
         if job.backend != "local" or supervisor_alive(job):
             continue
+        job = store.get_job(job.id)  # as it is now, not as listed
+        if not job.status.is_active() or supervisor_alive(job):
+            continue
         attempts = store.attempts(job.id)
         last = attempts[-1] if attempts else None
-        _kill_orphans(job, last.handle if last else None)
-        if last and not last.status.is_terminal():
-            store.update_attempt(
-                job.id,
-                last.number,
-                status=AttemptStatus.LOST,
-                ended_at=time.time(),
-                reason="supervisor lost",
-            )
-        if _resume(store, job):
+        if _resume(store, job, last):
             continue
         env = submitted_env(job)  # for announcing the end: gone once the job is finished
+        seen = (job.supervisor_pid, job.supervisor_started)
         try:
             reason = "supervisor lost (it stopped without recording how the job ended)"
             if job.status is _S.CANCELLING:
-                ended = _finish_job(store, job.id, _S.CANCELLED, "cancelled; " + reason)
+                ended = _finish_job(
+                    store,
+                    job.id,
+                    _S.CANCELLED,
+                    "cancelled; " + reason,
+                    {_S.CANCELLING},
+                    supervised_by=seen,
+                )
             else:
-                ended = _finish_job(store, job.id, _S.FAILED, reason)
+                ended = _finish_job(
+                    store, job.id, _S.FAILED, reason, {job.status}, supervised_by=seen
+                )
         except TransitionError:
             continue  # its supervisor finished it meanwhile
+        _lost_attempt(store, job, last)
         lost.append(ended)
         from ferry.telemetry.notify import announce_end
 

@@ -25,7 +25,9 @@ import os
 import pickle
 import re
 import shutil
+import signal
 import sys
+import tempfile
 import threading
 import time
 import zlib
@@ -181,21 +183,14 @@ def _write(state: Any, step: int, keep: int) -> Path:
     root = directory()
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"ckpt-{step:012d}"
-    tmp = root / f".tmp-ckpt-{step:012d}-{os.getpid()}-{threading.get_ident()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    # unique even for a save made from a signal handler while another is under way
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-ckpt-{step:012d}-{os.getpid()}-", dir=root))
     try:
         kind, files = _serialize(state, tmp)
         manifest = {"step": step, "time": time.time(), "format": kind, "files": files}
         _write_file(tmp / MANIFEST, lambda f: f.write(json.dumps(manifest, indent=1).encode()))
         _fsync_dir(tmp)
-        if final.exists():  # the same step saved again: the new one wins
-            old = root / f".old-{final.name}-{os.getpid()}"
-            os.replace(final, old)
-            os.replace(tmp, final)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, final)
+        _put_in_place(tmp, final)
         _fsync_dir(root)
     except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -205,15 +200,44 @@ def _write(state: Any, step: int, keep: int) -> Path:
                 " the previous checkpoints are intact"
             ) from exc
         raise
-    _prune(root, keep)
+    _prune(root, keep, step)
     return final
 
 
-def _prune(root: Path, keep: int) -> None:
+def _put_in_place(tmp: Path, final: Path) -> None:
+    """Rename the finished folder to its name. The same step saved again replaces the old
+    one; should that fail, or a signal land in between, the old one is put back."""
+    if not final.exists():
+        os.replace(tmp, final)
+        return
+    old = final.with_name(f".old-{final.name}-{os.getpid()}-{tmp.name[-8:]}")
+    blocked = {signal.SIGTERM, signal.SIGINT}
+    masked = threading.current_thread() is threading.main_thread()
+    if masked:
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+    try:
+        os.replace(final, old)
+        try:
+            os.replace(tmp, final)
+        except BaseException:
+            os.replace(old, final)
+            raise
+    finally:
+        if masked:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _prune(root: Path, keep: int, written: int) -> None:
     """Keep the newest ``keep`` checkpoints: older ones are renamed out of sight at once and
     deleted on a helper thread (gigabytes, perhaps: not part of the save's time), with the
-    leftovers of writers that died."""
-    for _, path in _listed(root)[keep:]:
+    leftovers of writers that died. Checkpoints of steps after the one just written belong
+    to a run that was resumed from an earlier one (the later one was found broken): they
+    go first, and the one just written always stays."""
+    listed = _listed(root)
+    later = [(s, p) for s, p in listed if s > written]
+    kept = [(s, p) for s, p in listed if s <= written]
+    for _, path in later + kept[keep:]:
         with contextlib.suppress(OSError):
             os.replace(path, root / f".old-{path.name}-{os.getpid()}")
     threading.Thread(target=_remove_leftovers, args=(root,), daemon=True).start()
@@ -329,21 +353,21 @@ def _to_host(state: Any) -> Any:
 
 
 def save(
-    state: Any,
-    step: int,
-    *,
-    keep: int | None = None,
-    background: bool = False,
-    all_ranks: bool = False,
+    state: Any, step: int, *, keep: int | None = None, background: bool = False
 ) -> Path | None:
     """Write a checkpoint of ``state`` (an object, or the path of a file or folder) at
-    ``step``. Only rank 0 writes unless ``all_ranks``. Returns the checkpoint's folder (None
-    when written in the background, or on another rank)."""
+    ``step``. Only rank 0 writes (state that every rank holds in part, as FSDP's, is not
+    handled yet). Returns the checkpoint's folder (None when written in the background, or
+    on another rank). A background save that failed is reported on stderr when the next
+    save starts, and that save is made all the same."""
     global _pending
-    if _rank() != 0 and not all_ranks:
+    if _rank() != 0:
         return None
     keep = keep or _keep()
-    wait()  # one save at a time, in order
+    try:
+        wait()  # one save at a time, in order
+    except Exception as exc:
+        print(f"ferry: the previous background checkpoint failed: {exc}", file=sys.stderr)
     if not background:
         return _write(state, step, keep)
     if isinstance(state, str | os.PathLike):
@@ -356,12 +380,19 @@ def save(
         except BaseException as exc:  # raised by the next wait() or save()
             _pending_error.append(exc)
 
-    _pending = threading.Thread(target=run, name="ferry-checkpoint", daemon=True)
-    _pending.start()
+    worker = threading.Thread(target=run, name="ferry-checkpoint", daemon=True)
+    worker.start()
+    _pending = worker
     return None
 
 
 @atexit.register
 def _finish_pending() -> None:
-    if _pending is not None:
-        _pending.join()
+    """The process is ending: the last background save is finished first, and a failure
+    is not lost (it is printed, and the exit status is 1)."""
+    try:
+        wait()
+    except BaseException as exc:
+        print(f"ferry: the last checkpoint could not be written: {exc}", file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(1)

@@ -38,12 +38,18 @@ def report(step: int | None = None, **metrics: float) -> None:
         _start()
 
 
-def flush() -> None:
-    """Write what is queued now (the writer thread also does, twice a second)."""
+def flush(blocking: bool = True) -> None:
+    """Write what is queued now (the writer thread also does, twice a second). Without
+    ``blocking``, give up if a write is under way (from a signal handler, which may have
+    interrupted the very code holding the lock)."""
     if _path is None or not _queue:
         return
-    with _lock:
+    if not _lock.acquire(blocking=blocking):
+        return
+    try:
         _drain()
+    finally:
+        _lock.release()
 
 
 def _number(value: Any) -> float | None:

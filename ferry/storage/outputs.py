@@ -128,7 +128,10 @@ class OutputSync:
         wanted = []
         for path in found:
             relative = "checkpoints/" + path[len(remote) :].lstrip("/")
-            if "/.tmp-" in relative or (self.local / relative).exists():
+            parts = relative.split("/")
+            if ".." in parts or any(p.startswith((".tmp-", ".old-")) for p in parts):
+                continue  # never outside the folder, nor a checkpoint being written
+            if (self.local / relative).exists():
                 continue
             wanted.append((path, relative))
         wanted.sort(key=lambda item: item[1].endswith("/" + CHECKPOINT_MANIFEST))

@@ -64,9 +64,13 @@ class Store(abc.ABC):
         expected: Iterable[JobStatus],
         reason: str | None = None,
         attempt: tuple[int, dict[str, Any]] | None = None,
+        supervised_by: tuple[int | None, float | None] | None = None,
         **fields: Any,
     ) -> Job:
         """Move a job to ``new`` if it is in one of ``expected``; record an event.
+
+        With ``supervised_by`` (a supervisor's pid and start time), only if those are
+        still the job's: whoever finds a supervisor lost claims its job exactly once.
 
         ``fields`` are other job columns to set in the same update (``exit_code``,
         ``ended_at``, ...); ``attempt`` is ``(number, fields)`` of one of its attempts to

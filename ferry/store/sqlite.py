@@ -332,6 +332,7 @@ class SQLiteStore(Store):
         expected: Iterable[JobStatus],
         reason: str | None = None,
         attempt: tuple[int, dict[str, Any]] | None = None,
+        supervised_by: tuple[int | None, float | None] | None = None,
         **fields: Any,
     ) -> Job:
         allowed = [s.value for s in expected]
@@ -351,15 +352,20 @@ class SQLiteStore(Store):
             row = db.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
             if row is None:
                 raise JobNotFound(f"no job {job_id!r}", "list jobs with: ferry jobs")
+            guard, guard_params = "", []
+            if supervised_by is not None:
+                guard = " AND supervisor_pid IS ? AND supervisor_started IS ?"
+                guard_params = list(supervised_by)
             changed = db.execute(
                 f"UPDATE jobs SET {', '.join(sets)} WHERE id = ?"
-                f" AND status IN ({','.join('?' * len(allowed))})",
-                [*params, job_id, *allowed],
+                f" AND status IN ({','.join('?' * len(allowed))}){guard}",
+                [*params, job_id, *allowed, *guard_params],
             ).rowcount
             if changed != 1:
                 raise TransitionError(
-                    f"job {job_id} is {row[0]}, not {' or '.join(allowed)}; it was not moved"
-                    f" to {new.value}"
+                    f"job {job_id} is {row[0]}, not {' or '.join(allowed)}"
+                    + (" under the supervisor seen" if supervised_by is not None else "")
+                    + f"; it was not moved to {new.value}"
                 )
             db.execute(
                 "INSERT INTO events (job_id, at, kind, old_status, new_status, message)"

@@ -186,3 +186,29 @@ def test_a_full_disk_fails_clearly_and_keeps_the_previous_checkpoint(tmp_path: P
     assert "No space left on device; the previous checkpoints are intact" in lines[0]
     assert lines[1] == "restored 1 1000000"
     assert lines[2] == "left ['ckpt-000000000001']"  # no half-written folder behind
+
+
+def test_a_resumed_run_drops_checkpoints_of_the_abandoned_future(ckdir: Path) -> None:
+    checkpoint.save({"n": 10}, 10, keep=3)
+    checkpoint.save({"n": 30}, 30, keep=3)
+    state = ckdir / "ckpt-000000000030" / "state.pt"
+    state.write_bytes(state.read_bytes()[:-3])  # broken: restore falls back to step 10
+    assert checkpoint.restore().step == 10  # type: ignore[union-attr]
+    checkpoint.save({"n": 20}, 20, keep=1)  # the run goes on from 10: 20 is kept, 30 dropped
+    shown = sorted(p.name for p in ckdir.iterdir() if not p.name.startswith("."))
+    assert shown == ["ckpt-000000000020"]
+
+
+def test_a_failed_background_save_is_not_lost_at_exit(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    code = (
+        "import os, sys; os.environ['FERRY_CHECKPOINT_DIR'] = sys.argv[1]\n"
+        "from ferry.runtime import checkpoint\n"
+        "checkpoint.save({'a': 1}, 1, background=True)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(blocker / "ck")], capture_output=True, text=True
+    )
+    assert result.returncode == 1
+    assert "ferry: the last checkpoint could not be written" in result.stderr

@@ -12,6 +12,15 @@ import pytest
 
 from tests.conftest import assert_one_line_error, ferry, ferry_json, job_status, submit, wait_for
 
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 pytestmark = pytest.mark.slow
 
 TRAIN = """
@@ -96,7 +105,7 @@ def test_ferry_preempt_runs_the_scripts_callback_before_it_stops(home: Path, pro
     assert ferry("wait", job_id, "--timeout", "60s").returncode == 0
     status = job_status(job_id)
     assert [a["status"] for a in status["attempts"]] == ["PREEMPTED", "SUCCEEDED"]
-    assert status["attempts"][0]["exit_code"] == 143  # the callback ran, then the script exited
+    assert status["attempts"][0]["exit_code"] == -15  # the callback ran, then SIGTERM's end
     saved_at = int((outputs / "output" / "step").read_text())
     log = ferry("logs", job_id).stdout
     resumed = int(log.split("resumed at ")[1].split()[0])
@@ -136,13 +145,14 @@ def test_a_killed_supervisor_is_resumed(home: Path, project: Path) -> None:
     supervisor = open_store().get_job(job_id).supervisor_pid
     assert supervisor
     os.kill(supervisor, signal.SIGKILL)
-    wait_for(
-        lambda: (
-            ferry_json("jobs")[0]["status"] in ("RECOVERING", "RUNNING")
-            and len(job_status(job_id)["attempts"]) == 2
-        ),
-        what="a new attempt",
-    )
+    wait_for(lambda: not pid_alive(supervisor), what="the supervisor to die")
+    import subprocess
+
+    from tests.conftest import FERRY
+
+    noticers = [subprocess.Popen([FERRY, "jobs"], stdout=subprocess.DEVNULL) for _ in range(4)]
+    assert all(p.wait(60) == 0 for p in noticers)  # four commands notice at once: one resume
+    wait_for(lambda: len(job_status(job_id)["attempts"]) == 2, what="a new attempt")
     assert ferry("wait", job_id, "--timeout", "60s").returncode == 0
     status = job_status(job_id)
     assert [a["status"] for a in status["attempts"]] == ["LOST", "SUCCEEDED"]
@@ -253,3 +263,32 @@ def test_the_agent_resumes_a_lost_job_and_installs_as_a_user_service(
     assert result.returncode == 0 and "systemctl --user daemon-reload" in result.stdout
     unit = (config_home / "systemd" / "user" / "ferry-agent.service").read_text()
     assert f"Environment=FERRY_HOME={home}" in unit and "ExecStart=" in unit and " agent" in unit
+
+
+def test_a_supervisor_stopped_by_sigterm_leaves_the_job_to_resume(
+    home: Path, project: Path
+) -> None:
+    """A shutdown or reboot sends SIGTERM: the job is not failed but resumed afterwards."""
+    from ferry.store import open_store
+
+    (project / "train.py").write_text(TRAIN)
+    job_id = submit("--", "python", "train.py", "30", cwd=project)
+    wait_for(lambda: max(steps_of(job_id) or [0]) >= 6, what="a checkpoint")
+    supervisor = open_store().get_job(job_id).supervisor_pid
+    assert supervisor
+    os.kill(supervisor, signal.SIGTERM)
+    wait_for(lambda: not pid_alive(supervisor), 60, "the supervisor to stop")
+    assert ferry("wait", job_id, "--timeout", "60s").returncode == 0  # noticed and resumed
+    attempts = job_status(job_id)["attempts"]
+    assert [a["status"] for a in attempts] == ["LOST", "SUCCEEDED"]
+    assert attempts[0]["reason"] == "its supervisor was stopped by SIGTERM"
+
+
+def test_a_listed_signal_death_is_retried(home: Path, project: Path) -> None:
+    (project / "oom.py").write_text(
+        "import os, signal\nif os.environ['FERRY_ATTEMPT'] == '1': os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    (project / "job.yaml").write_text("command: python oom.py\nretries: {on_exit_codes: [137]}\n")
+    assert ferry("run", "job.yaml", cwd=project).returncode == 0
+    status = job_status(ferry_json("jobs")[0]["id"])
+    assert [a["exit_code"] for a in status["attempts"]] == [-9, 0]
