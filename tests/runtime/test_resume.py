@@ -39,6 +39,19 @@ print("done", flush=True)
 """
 
 
+def checkpointing(project: Path, steps: int) -> tuple[str, int]:
+    """Start TRAIN for ``steps`` steps; once it has saved a checkpoint, return the job's id
+    and its supervisor's pid."""
+    from ferry.store import open_store
+
+    (project / "train.py").write_text(TRAIN)
+    job_id = submit("--", "python", "train.py", str(steps), cwd=project)
+    wait_for(lambda: max(steps_of(job_id) or [0]) >= 6, what="a checkpoint")
+    supervisor = open_store().get_job(job_id).supervisor_pid
+    assert supervisor
+    return job_id, supervisor
+
+
 def steps_of(job_id: str) -> Counter[int]:
     from ferry.store import open_store
 
@@ -236,11 +249,7 @@ def test_the_agent_resumes_a_lost_job_and_installs_as_a_user_service(
 
     from ferry.store import open_store
 
-    (project / "train.py").write_text(TRAIN)
-    job_id = submit("--", "python", "train.py", "30", cwd=project)
-    wait_for(lambda: max(steps_of(job_id) or [0]) >= 6, what="a checkpoint")
-    supervisor = open_store().get_job(job_id).supervisor_pid
-    assert supervisor
+    job_id, supervisor = checkpointing(project, 30)
     os.kill(supervisor, signal.SIGKILL)
     agent = subprocess.Popen(
         [sys.executable, "-m", "ferry.cli.main", "agent", "--interval", "0.5s"],
@@ -269,13 +278,7 @@ def test_a_supervisor_stopped_by_sigterm_leaves_the_job_to_resume(
     home: Path, project: Path
 ) -> None:
     """A shutdown or reboot sends SIGTERM: the job is not failed but resumed afterwards."""
-    from ferry.store import open_store
-
-    (project / "train.py").write_text(TRAIN)
-    job_id = submit("--", "python", "train.py", "30", cwd=project)
-    wait_for(lambda: max(steps_of(job_id) or [0]) >= 6, what="a checkpoint")
-    supervisor = open_store().get_job(job_id).supervisor_pid
-    assert supervisor
+    job_id, supervisor = checkpointing(project, 30)
     os.kill(supervisor, signal.SIGTERM)
     wait_for(lambda: not pid_alive(supervisor), 60, "the supervisor to stop")
     assert ferry("wait", job_id, "--timeout", "60s").returncode == 0  # noticed and resumed
