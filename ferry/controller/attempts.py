@@ -119,6 +119,18 @@ def supervise(
 _trackers: list[Any] = []  # MLflow trackers this supervisor started (subprocess.Popen)
 
 
+def _tracker_alive(pid_file: Path) -> bool:
+    """Whether the MLflow tracker recorded in ``pid_file`` still runs."""
+    from ferry.procs import start_time
+
+    try:
+        pid_text, started = pid_file.read_text().split()
+        now_started = start_time(int(pid_text))
+    except (OSError, ValueError):
+        return False
+    return now_started is not None and abs(now_started - float(started)) < 1.0
+
+
 def _collect_trackers() -> None:
     """Reap the trackers that have ended (those still running go on by themselves)."""
     from ferry.procs import unspare
@@ -137,7 +149,8 @@ def _start_tracker(store: Store, job: Job) -> None:
     from ferry.telemetry.mlflow_sink import shown_uri
 
     uri = (job.spec.get("tracking") or {}).get("mlflow")  # config's default was put there
-    if not uri or store.attempts(job.id):  # a recovered job's tracker is already running
+    pid_file = Path(job.job_dir) / "mlflow.pid"
+    if not uri or _tracker_alive(pid_file):  # a resumed job's may still be running
         return
     # the submitter's environment (MLFLOW_TRACKING_* credentials), not this supervisor's
     env = {k: v for k, v in _launch_env(job).items() if not k.startswith("FERRY_JOB")}
@@ -157,6 +170,7 @@ def _start_tracker(store: Store, job: Job) -> None:
         )
         procs.spare(proc.pid)  # it outlives the attempts: their cleanup must not kill it
     _trackers.append(proc)
+    pid_file.write_text(f"{proc.pid} {procs.start_time(proc.pid) or 0}")
     store.add_event(job.id, f"sending metrics to MLflow at {shown_uri(uri)}")
 
 

@@ -104,13 +104,15 @@ class OutputSync:
         return sent
 
     def _removed_checkpoints(self, folders: tuple[str, ...] | None) -> list[str]:
-        """Sent files of checkpoint folders (``checkpoints/ckpt-*``) no longer here."""
+        """Sent files under ``checkpoints/`` no longer here: the bucket mirrors the folder,
+        so checkpoints pruned here (keep the last K, a Trainer's save_total_limit) go there
+        too."""
         if folders is not None and "checkpoints" not in folders:
             return []
         return [
             relative
             for relative in self.sent
-            if relative.startswith("checkpoints/ckpt-") and not (self.local / relative).exists()
+            if relative.startswith("checkpoints/") and not (self.local / relative).exists()
         ]
 
     def pull_checkpoints(self) -> int:
@@ -125,12 +127,18 @@ class OutputSync:
             found = fs.find(remote)
         except FileNotFoundError:
             return 0
+        relatives = {path: "checkpoints/" + path[len(remote) :].lstrip("/") for path in found}
+        # a ckpt-<step> folder counts only with its manifest (sent last): else it is partial
+        complete = {
+            r.rsplit("/", 1)[0] for r in relatives.values() if r.endswith("/" + CHECKPOINT_MANIFEST)
+        }
         wanted = []
-        for path in found:
-            relative = "checkpoints/" + path[len(remote) :].lstrip("/")
+        for path, relative in relatives.items():
             parts = relative.split("/")
             if ".." in parts or any(p.startswith((".tmp-", ".old-")) for p in parts):
                 continue  # never outside the folder, nor a checkpoint being written
+            if parts[1].startswith("ckpt-") and "/".join(parts[:2]) not in complete:
+                continue
             if (self.local / relative).exists():
                 continue
             wanted.append((path, relative))

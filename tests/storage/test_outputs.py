@@ -201,8 +201,12 @@ def test_checkpoints_reach_the_bucket_as_written_and_a_fresh_machine_gets_them(
 
     # a new attempt on a machine that has nothing: the bucket's checkpoints come first
     fresh = tmp_path / "fresh"
+    s3.pipe(f"{root}/ckpt-000000000009/state.pt", b"half")  # its upload never finished
+    s3.pipe(f"{root}/lightning/last.ckpt", b"weights")  # a framework's own files come too
     sync = OutputSync.for_outputs(f"s3://{bucket}/runs/{job_id}", fresh)
-    assert sync.pull_checkpoints() == 4 and sync.pull_checkpoints() == 0
+    assert sync.pull_checkpoints() == 5 and sync.pull_checkpoints() == 0
+    assert not (sync.local / "checkpoints" / "ckpt-000000000009").exists()
+    assert (sync.local / "checkpoints" / "lightning" / "last.ckpt").read_bytes() == b"weights"
     monkeypatch.setenv("FERRY_CHECKPOINT_DIR", str(sync.local / "checkpoints"))
     from ferry.runtime import checkpoint
 
