@@ -14,11 +14,22 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ferry.runtime import checkpoint
 from ferry.runtime.metrics import flush, report
 from ferry.runtime.preemption import on_preemption, preempted
+
+if TYPE_CHECKING:
+    from ferry.runtime import checkpoint
+
+
+def __getattr__(name: str) -> Any:
+    # `runtime.checkpoint` is imported when first used: report() alone stays light
+    if name == "checkpoint":
+        import importlib
+
+        return importlib.import_module("ferry.runtime.checkpoint")
+    raise AttributeError(f"module 'ferry.runtime' has no attribute {name!r}")
 
 
 def hparams() -> dict[str, Any]:

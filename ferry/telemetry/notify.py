@@ -18,8 +18,7 @@ import re
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ferry.telemetry.alerts import Alert
 
@@ -28,8 +27,7 @@ COMMAND_TIMEOUT = 60.0
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
-@dataclass(frozen=True)
-class Target:
+class Target(NamedTuple):
     """One place alerts go."""
 
     kind: str  # webhook | email | command
@@ -52,8 +50,7 @@ class Target:
         return "command"
 
 
-@dataclass(frozen=True)
-class JobInfo:
+class JobInfo(NamedTuple):
     """What a notification says about its job."""
 
     id: str
@@ -61,8 +58,7 @@ class JobInfo:
     status: str = "RUNNING"
 
 
-@dataclass(frozen=True)
-class MailSettings:
+class MailSettings(NamedTuple):
     server: str = "localhost:25"
     sender: str | None = None
     user: str | None = None
