@@ -106,13 +106,19 @@ def supervise(
             raise
         on_crash(job_id, exc)
         ok, finished_here = False, True
-    job = store.get_job(job_id)
-    ending = end_alert(job.status.value, job.reason, alerts)
-    if finished_here and job.status.is_terminal() and ending:  # else whoever finished it tells
-        notifier.send(ending, job.status.value)
-    for outcome in notifier.detach():  # the rest is recorded when the supervisor exits
-        store.add_event(job_id, outcome)
-    _collect_trackers()
+    try:
+        job = store.get_job(job_id)
+        ending = end_alert(job.status.value, job.reason, alerts)
+        if finished_here and job.status.is_terminal() and ending:  # else whoever finished it
+            notifier.send(ending, job.status.value)
+        for outcome in notifier.detach():  # the rest is recorded when the supervisor exits
+            store.add_event(job_id, outcome)
+        _collect_trackers()
+    except Exception:  # the store itself failed (a full disk): the job is already recorded
+        import traceback
+
+        traceback.print_exc()
+        return False
     return ok
 
 
