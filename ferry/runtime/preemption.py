@@ -38,7 +38,9 @@ def _install() -> None:
         return
     if threading.current_thread() is not threading.main_thread():
         return  # only the main thread may set handlers; the next call from it will
-    _previous = signal.signal(signal.SIGTERM, _on_notice)
+    previous = signal.signal(signal.SIGTERM, _on_notice)
+    if previous is not _on_notice:  # (a forked child inherits ours: not a handler to chain)
+        _previous = previous
     _installed_in = os.getpid()
 
 
