@@ -70,7 +70,8 @@ for r in range(rounds):
     path = timed("save", lambda: checkpoint.save(state, r, keep=1))
     evict(raw)
     timed("raw_read", raw_read)
-    evict(str(path / "state.pt"))
+    for name in os.listdir(path):
+        evict(str(path / name))
     found = timed("restore", checkpoint.restore)
     assert found.step == r and torch.equal(found.state["w0"], state["w0"])
     del found
