@@ -122,7 +122,7 @@ def test_ferry_preempt_runs_the_scripts_callback_before_it_stops(home: Path, pro
     saved_at = int((outputs / "output" / "step").read_text())
     log = ferry("logs", job_id).stdout
     resumed = int(log.split("resumed at ")[1].split()[0])
-    assert saved_at - 2 <= resumed <= saved_at  # saved on the notice, not minutes before
+    assert saved_at - 2 <= resumed <= saved_at + 1  # saved on the notice, not minutes before
     assert "preemption notice (ferry preempt): SIGTERM, then SIGKILL after 30s" in [
         e["message"] for e in status["events"]
     ]
@@ -174,7 +174,12 @@ def test_a_killed_supervisor_is_resumed(home: Path, project: Path) -> None:
         for e in status["events"]
     )
     log = ferry("logs", job_id).stdout
-    assert "attempt 2 starts at step 10" in log or "attempt 2 starts at step 15" in log, log
+    start = int(log.split("attempt 2 starts at step ")[1].split()[0])
+    from ferry.store import open_store
+
+    first = [r[3] for r in open_store().metrics_after(job_id, 0, 100_000) if r[1] == 1]
+    # from the last checkpoint the first attempt wrote (every 5 steps), not from scratch
+    assert start % 5 == 0 and 10 <= start <= max(first) + 1, (start, max(first))
     assert set(steps_of(job_id)) == set(range(50))
 
 
