@@ -55,7 +55,7 @@ def raw_write():
 def raw_read():
     with open(raw, "rb") as f:
         while f.read(8 << 20):
-            pass
+            continue
 
 out = {"raw_write": [], "save": [], "raw_read": [], "restore": []}
 

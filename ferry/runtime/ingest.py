@@ -15,8 +15,9 @@ CHUNK = 4 << 20
 Point = tuple[int, int | None, float, str, float]  # (rank, step, time, name, value)
 
 
-class MetricsReader:
-    """Follows one attempt's metrics file."""
+class Follower:
+    """Stores the metric points one source of an attempt yields (a file it follows), and
+    tells the listener of each batch (alerts, exports)."""
 
     def __init__(
         self,
@@ -30,9 +31,21 @@ class MetricsReader:
         self.job_id = job_id
         self.attempt = attempt
         self.path = path
-        self.offset = 0
-        self.points = 0
-        self.listener = listener  # also told of each batch stored (alerts, exports)
+        self.listener = listener
+
+    def keep(self, points: list[Point]) -> int:
+        """Store ``points``; returns how many."""
+        self.store.add_metrics(self.job_id, self.attempt, points)
+        if self.listener and points:
+            self.listener(points)
+        return len(points)
+
+
+class MetricsReader(Follower):
+    """Follows one attempt's metrics file."""
+
+    offset = 0
+    points = 0
 
     def read(self) -> int:
         """Store the complete lines written since the last call; returns the points stored."""
@@ -59,9 +72,7 @@ class MetricsReader:
                     points += [(rank, step, t, str(k), float(v)) for k, v in record["m"].items()]
                 except (ValueError, KeyError, TypeError, AttributeError):
                     continue  # a line the script mangled: skip it, keep the rest
-            self.store.add_metrics(self.job_id, self.attempt, points)
-            if self.listener and points:
-                self.listener(points)
+            self.keep(points)
             self.offset += end + 1
             stored += len(points)
             self.points += len(points)
@@ -69,28 +80,14 @@ class MetricsReader:
                 return stored
 
 
-class HypertuneReader:
+class HypertuneReader(Follower):
     """Follows cloudml-hypertune's metric file (``CLOUD_ML_HP_METRIC_FILE``). The library
     rewrites the whole file on each report, keeping the last 100 entries (one JSON object a
     line: the metric's tag and value as text, ``global_step``, ``timestamp``), so entries
     are taken by their timestamp rather than by file offset."""
 
     _NOT_METRICS = frozenset({"timestamp", "global_step", "trial", "checkpoint_path"})
-
-    def __init__(
-        self,
-        store: Store,
-        job_id: str,
-        attempt: int,
-        path: Path,
-        listener: Callable[[list[Point]], None] | None = None,
-    ) -> None:
-        self.store = store
-        self.job_id = job_id
-        self.attempt = attempt
-        self.path = path
-        self.listener = listener
-        self.last = 0.0  # timestamp of the newest entry stored
+    last = 0.0  # timestamp of the newest entry stored
 
     def read(self) -> int:
         try:
@@ -117,7 +114,4 @@ class HypertuneReader:
                     continue
             newest = max(newest, t)
         self.last = newest
-        self.store.add_metrics(self.job_id, self.attempt, points)
-        if self.listener and points:
-            self.listener(points)
-        return len(points)
+        return self.keep(points)

@@ -9,6 +9,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+from ferry.runtime.ingest import Follower, Point
 from ferry.store import Store
 
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf)"
@@ -18,7 +19,6 @@ _PAIR = re.compile(
 )
 _STEP_NAMES = ("step", "global_step", "iteration", "iter", "epoch")
 CHUNK = 4 << 20
-Point = tuple[int, int | None, float, str, float]  # (rank, step, time, name, value)
 
 
 def parse_line(
@@ -59,7 +59,7 @@ def parse_line(
     return step, metrics
 
 
-class PrintedMetricsReader:
+class PrintedMetricsReader(Follower):
     """Follows one attempt's log and stores the metrics its stdout lines print."""
 
     def __init__(
@@ -71,13 +71,9 @@ class PrintedMetricsReader:
         patterns: dict[str, str],
         listener: Callable[[list[Point]], None] | None = None,
     ) -> None:
-        self.store = store
-        self.job_id = job_id
-        self.attempt = attempt
-        self.log = log
+        super().__init__(store, job_id, attempt, log, listener)
         self.patterns = {name: re.compile(p) for name, p in patterns.items()}
         self.offset = 0
-        self.listener = listener  # also told of each batch stored (alerts, exports)
 
     def read(self, generic: bool = True) -> int:
         """Store what the lines logged since the last call print; returns the points."""
@@ -85,7 +81,7 @@ class PrintedMetricsReader:
 
         stored = 0
         while True:
-            block, offset = read_block(str(self.log), self.offset, CHUNK)
+            block, offset = read_block(str(self.path), self.offset, CHUNK)
             if not block:
                 return stored
             self.offset = offset
@@ -98,10 +94,7 @@ class PrintedMetricsReader:
                 if metrics:
                     t = _epoch(at)
                     points += [(0, step, t, k, v) for k, v in metrics.items()]
-            self.store.add_metrics(self.job_id, self.attempt, points)
-            if self.listener and points:
-                self.listener(points)
-            stored += len(points)
+            stored += self.keep(points)
 
 
 def _epoch(stamp: str) -> float:

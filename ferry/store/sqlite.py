@@ -619,4 +619,4 @@ class SQLiteStore(Store):
         try:  # interpreter shutdown may have torn sqlite3 (and contextlib) down
             self.release()
         except Exception:
-            pass
+            return

@@ -12,6 +12,7 @@ started again continues the same run.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import posixpath
@@ -134,12 +135,10 @@ class Tracker:
         from mlflow.entities import Param
 
         path = Path(self.job.job_dir) / RUN_FILE
-        try:
+        with contextlib.suppress(OSError, ValueError, KeyError):  # none yet: a new run
             saved = json.loads(path.read_text())
             self.after = int(saved.get("after", 0))
             return str(saved["run_id"])
-        except (OSError, ValueError, KeyError):
-            pass
         run = self.client.create_run(
             self._experiment(),
             start_time=int((self.job.started_at or time.time()) * 1000),
