@@ -21,7 +21,7 @@ from _common import FERRY_EXE, child_env, emit, log, sandbox
 
 SIZE = 1 << 30  # bytes of state
 TENSORS = 16
-ROUNDS = 5  # the best of each: this disk's speed varies from one second to the next
+ROUNDS = 8  # the best of each (see IO)
 BUDGET_RATIO = 0.8
 BUDGET_NOTICE_S = 5.0
 PREEMPTIONS = 4
@@ -52,9 +52,11 @@ def raw_write():
         f.flush()
         os.fsync(f.fileno())
 
-def raw_read():
-    with open(raw, "rb") as f:
-        while f.read(8 << 20):
+block = bytearray(8 << 20)
+
+def raw_read():  # the fastest plain read: into one buffer, no copies
+    with open(raw, "rb", buffering=0) as f:
+        while f.readinto(block):
             continue
 
 out = {"raw_write": [], "save": [], "raw_read": [], "restore": []}
@@ -65,17 +67,30 @@ def timed(name, fn):
     out[name].append(time.perf_counter() - t)
     return result
 
-for r in range(rounds):
+def raw_round():
     timed("raw_write", raw_write)
-    path = timed("save", lambda: checkpoint.save(state, r, keep=1))
     evict(raw)
     timed("raw_read", raw_read)
+    os.unlink(raw)
+
+def checkpoint_round(r):
+    path = timed("save", lambda: checkpoint.save(state, r, keep=1))
     for name in os.listdir(path):
         evict(str(path / name))
     found = timed("restore", checkpoint.restore)
     assert found.step == r and torch.equal(found.state["w0"], state["w0"])
     del found
-    os.unlink(raw)
+
+# This VM hands memory it has not touched for a while back to its host, and backing it again
+# is slow (seconds per gigabyte): whichever writer comes first after a pause pays for it.
+# The two take turns at going first, and the best round of each is kept.
+for r in range(rounds):
+    if r % 2:
+        checkpoint_round(r)
+        raw_round()
+    else:
+        raw_round()
+        checkpoint_round(r)
 print(json.dumps(out))
 """
 

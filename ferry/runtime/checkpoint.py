@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import json
 import os
 import pickle
@@ -31,9 +32,10 @@ import tempfile
 import threading
 import time
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 MANIFEST = "MANIFEST.json"
 STATE_FILE = "state.pt"
@@ -90,45 +92,40 @@ class CheckpointError(Exception):
     """A checkpoint could not be written (the previous ones are intact)."""
 
 
-class _Digest:
-    """A file object that counts and checksums what passes through it."""
-
-    def __init__(self, file: BinaryIO) -> None:
-        self.file = file
-        self.size = 0
-        self.crc = 0
-
-    def write(self, data: Any) -> int:
-        self.crc = zlib.crc32(data, self.crc)
-        self.size += memoryview(data).nbytes
-        return self.file.write(data)
-
-    def flush(self) -> None:
-        self.file.flush()
-
-
 def _crc_of(path: Path) -> tuple[int, int]:
-    """(size, CRC-32) of a file, read once: the checksum of one block is computed on a
-    helper thread while the next is read."""
+    """(size, CRC-32) of a file, read once: a helper thread checksums one block while the
+    next is read into another (three buffers in turn, allocated once)."""
     import queue
 
-    blocks: queue.Queue[bytes | None] = queue.Queue(maxsize=4)
+    buffers = [bytearray(_CHUNK) for _ in range(3)]
+    free: queue.Queue[int] = queue.Queue()
+    full: queue.Queue[tuple[int, int] | None] = queue.Queue()
+    for index in range(len(buffers)):
+        free.put(index)
     result = [0]
 
-    def run() -> None:
-        while (block := blocks.get()) is not None:
-            result[0] = zlib.crc32(block, result[0])
+    def checksum() -> None:
+        while (item := full.get()) is not None:
+            index, count = item
+            result[0] = zlib.crc32(memoryview(buffers[index])[:count], result[0])
+            free.put(index)
 
-    worker = threading.Thread(target=run, daemon=True)
+    worker = threading.Thread(target=checksum, daemon=True)
     worker.start()
     size = 0
     try:
         with open(path, "rb", buffering=0) as file:
-            while block := file.read(_CHUNK):
-                size += len(block)
-                blocks.put(block)
+            with contextlib.suppress(AttributeError, OSError):  # a larger read-ahead
+                os.posix_fadvise(file.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
+            while True:
+                index = free.get()
+                count = file.readinto(buffers[index])
+                if not count:
+                    break
+                size += count
+                full.put((index, count))
     finally:
-        blocks.put(None)
+        full.put(None)
         worker.join()
     return size, result[0]
 
@@ -141,14 +138,66 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _write_file(path: Path, fill: Any) -> dict[str, int]:
-    """Create ``path`` with ``fill(file)``, fsync it; returns its size and CRC."""
-    with open(path, "wb") as raw:
-        digest = _Digest(raw)
-        fill(digest)
-        raw.flush()
-        os.fsync(raw.fileno())
-    return {"size": digest.size, "crc32": digest.crc}
+def _sealed(path: Path) -> dict[str, int]:
+    """Size and CRC-32 of a file just written, once it is on disk: the checksum is computed
+    from the page cache while a helper thread waits for the disk (fsync), so it costs
+    little more than the plain write."""
+    failed: list[OSError] = []
+
+    def sync(fd: int) -> None:
+        try:
+            os.fsync(fd)
+        except OSError as exc:  # EIO, ENOSPC, EDQUOT: raised below
+            failed.append(exc)
+
+    size = crc = 0
+    buffer = bytearray(_CHUNK)
+    view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as file:
+        syncing = threading.Thread(target=sync, args=(file.fileno(),), daemon=True)
+        syncing.start()
+        try:
+            while count := file.readinto(buffer):
+                crc = zlib.crc32(view[:count], crc)
+                size += count
+        finally:
+            syncing.join()
+    if failed:
+        raise failed[0]
+    return {"size": size, "crc32": crc}
+
+
+_crc_option = threading.Lock()
+
+
+@contextlib.contextmanager
+def _without_zip_crc(serialization: Any) -> Iterator[None]:
+    """``torch.save`` without the zip's own per-record CRC (the manifest's covers the whole
+    file, and computing both halves the speed); torch < 2.6 always computes it."""
+    if not hasattr(serialization, "set_crc32_options"):
+        yield
+        return
+    with _crc_option:
+        before = serialization.get_crc32_options()
+        serialization.set_crc32_options(False)
+        try:
+            yield
+        finally:
+            serialization.set_crc32_options(before)
+
+
+def _torch_save(state: Any, path: Path) -> None:
+    """``torch.save`` to a path: its C++ writer, much faster than through a Python file."""
+    import torch
+
+    try:
+        with _without_zip_crc(torch.serialization):
+            torch.save(state, path)
+    except RuntimeError as exc:  # the C++ writer keeps no errno: a full disk is recognised
+        disk = os.statvfs(path.parent)
+        if disk.f_bavail * disk.f_frsize < 1 << 20:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)) from exc
+        raise OSError(f"torch.save failed: {str(exc).splitlines()[0]}") from exc
 
 
 def _serialize(state: Any, folder: Path) -> tuple[str, dict[str, dict[str, int]]]:
@@ -163,20 +212,15 @@ def _serialize(state: Any, folder: Path) -> tuple[str, dict[str, dict[str, int]]
                 continue
             name = item.name if source.is_file() else item.relative_to(source).as_posix()
             (folder / name).parent.mkdir(parents=True, exist_ok=True)
-            with open(item, "rb") as src:
-                files[name] = _write_file(
-                    folder / name, lambda f, src=src: shutil.copyfileobj(src, f, _CHUNK)
-                )
+            shutil.copyfile(item, folder / name)
+            files[name] = _sealed(folder / name)
         return "files", files
     if "torch" in sys.modules:
-        import torch
-
-        return "torch", {
-            STATE_FILE: _write_file(folder / STATE_FILE, lambda f: torch.save(state, f))
-        }
-    return "pickle", {
-        STATE_FILE: _write_file(folder / STATE_FILE, lambda f: pickle.dump(state, f, protocol=5))
-    }
+        _torch_save(state, folder / STATE_FILE)
+        return "torch", {STATE_FILE: _sealed(folder / STATE_FILE)}
+    with open(folder / STATE_FILE, "wb") as file:
+        pickle.dump(state, file, protocol=5)
+    return "pickle", {STATE_FILE: _sealed(folder / STATE_FILE)}
 
 
 def _write(state: Any, step: int, keep: int) -> Path:
@@ -188,7 +232,8 @@ def _write(state: Any, step: int, keep: int) -> Path:
     try:
         kind, files = _serialize(state, tmp)
         manifest = {"step": step, "time": time.time(), "format": kind, "files": files}
-        _write_file(tmp / MANIFEST, lambda f: f.write(json.dumps(manifest, indent=1).encode()))
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
+        _sealed(tmp / MANIFEST)
         _fsync_dir(tmp)
         _put_in_place(tmp, final)
         _fsync_dir(root)

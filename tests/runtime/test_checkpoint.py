@@ -53,6 +53,9 @@ def test_torch_state_and_a_background_save_of_a_snapshot(ckdir: Path) -> None:
     found = checkpoint.restore()
     assert found is not None and found.format == "torch" and found.step == 7
     assert torch.equal(found.state["model"]["weight"], before)
+    assert torch.serialization.get_crc32_options()  # the script's own torch.save unchanged
+    found.state_file.write_bytes(found.state_file.read_bytes()[:-1] + b"!")  # one byte off
+    assert checkpoint.restore() is None  # the manifest's CRC catches what the zip no longer does
 
 
 def test_files_the_script_wrote_itself(ckdir: Path, tmp_path: Path) -> None:
@@ -151,16 +154,29 @@ def test_kill_9_while_saving_never_leaves_a_broken_checkpoint(tmp_path: Path) ->
     assert step >= rounds  # progress was made every round
 
 
-def test_a_full_disk_fails_clearly_and_keeps_the_previous_checkpoint(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "blob",
+    [
+        "b'a' * 1_000_000 if step == 1 else os.urandom(6_000_000)",  # pickled
+        "torch.zeros(250_000) if step == 1 else torch.rand(1_500_000)",  # torch's C++ writer
+    ],
+    ids=["pickle", "torch"],
+)
+def test_a_full_disk_fails_clearly_and_keeps_the_previous_checkpoint(
+    tmp_path: Path, blob: str
+) -> None:
     folder = tmp_path / "small"
     folder.mkdir()
     code = textwrap.dedent(f"""
         import os
         os.environ["FERRY_CHECKPOINT_DIR"] = "{folder}"
+        if "torch" in {blob!r}:
+            import torch
         from ferry.runtime import checkpoint
-        checkpoint.save({{"step": 1, "blob": b"a" * 1_000_000}}, 1)
+        blob = lambda step: {blob}
+        checkpoint.save({{"step": 1, "blob": blob(1)}}, 1)
         try:
-            checkpoint.save({{"step": 2, "blob": os.urandom(6_000_000)}}, 2)
+            checkpoint.save({{"step": 2, "blob": blob(2)}}, 2)
         except checkpoint.CheckpointError as exc:
             print("error:", exc)
         found = checkpoint.restore()
@@ -184,7 +200,7 @@ def test_a_full_disk_fails_clearly_and_keeps_the_previous_checkpoint(tmp_path: P
     lines = result.stdout.splitlines()
     assert lines[0].startswith("error: checkpoint of step 2 could not be written in")
     assert "No space left on device; the previous checkpoints are intact" in lines[0]
-    assert lines[1] == "restored 1 1000000"
+    assert lines[1] == ("restored 1 250000" if "torch" in blob else "restored 1 1000000")
     assert lines[2] == "left ['ckpt-000000000001']"  # no half-written folder behind
 
 
