@@ -1,14 +1,22 @@
 """The accelerator vocabulary: one canonical name per kind, aliases, and ``A100:1`` parsing.
 
-Canonical names follow the shipped price catalog (``../catalog``): GPUs by model
-(``A100``, ``A100-80GB``, ``H100``), TPUs by generation (``tpu-v5e``) with the slice size as
-the count (``tpu-v5e-8`` is 8 chips).
+Canonical names follow the shipped price catalog (``catalog/``): GPUs by model (``A100``,
+``A100-80GB``, ``H100``), TPUs by generation (``tpu-v5e``) with the slice size as the count
+(``tpu-v5e-8``). A machine type (``p4d.24xlarge``, ``a2-highgpu-8g``, ``Standard_ND96asr_v4``)
+stands for the accelerators it carries. Each backend's own names for a request are in
+``accelerator_names.py``.
 """
 
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ferry.catalog import Catalog
 
 # Canonical GPU names -> memory per device in GiB (informational; the catalog is the
 # authority for offerings and prices).
@@ -37,47 +45,42 @@ GPUS: dict[str, float] = {
     "MI300X": 192,
 }
 
-# TPU generations; the suffix of ``tpu-v5e-8`` is the number of chips in the slice.
+# TPU generations; the suffix of ``tpu-v5e-8`` is the slice's size as Cloud TPU names it:
+# chips for v5e and v6e, TensorCores (two a chip) for v2, v3, v4 and v5p.
 TPUS = ("tpu-v2", "tpu-v3", "tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e")
 
-# Other spellings people and providers use, lower-cased, -> canonical name.
+# Other spellings people and providers use -> canonical name. Keys are lower-case with "-"
+# for "_" and spaces, as canonical_name() compares them: "nvidia-tesla-a100" also covers
+# Vertex AI's NVIDIA_TESLA_A100. Every name in accelerator_names' tables of Vertex AI
+# accelerator types and Ray labels is a canonical name or one of these.
 ALIASES: dict[str, str] = {
     "a100-40gb": "A100",
     "a100-40g": "A100",
     "a100-80g": "A100-80GB",
-    "a10g": "A10G",
     "nvidia-tesla-a100": "A100",
-    "nvidia_tesla_a100": "A100",
     "nvidia-a100-80gb": "A100-80GB",
-    "nvidia_a100_80gb": "A100-80GB",
     "nvidia-tesla-t4": "T4",
-    "nvidia_tesla_t4": "T4",
     "nvidia-tesla-v100": "V100",
-    "nvidia_tesla_v100": "V100",
     "nvidia-tesla-p100": "P100",
-    "nvidia_tesla_p100": "P100",
     "nvidia-tesla-p4": "P4",
-    "nvidia_tesla_p4": "P4",
     "nvidia-tesla-k80": "K80",
-    "nvidia-l4": "L4",
-    "nvidia_l4": "L4",
     "nvidia-h100-80gb": "H100",
-    "nvidia_h100_80gb": "H100",
     "nvidia-h100-mega-80gb": "H100",
     "nvidia-h200-141gb": "H200",
-    "nvidia_h200_141gb": "H200",
-    "nvidia-b200": "B200",
     "h100-80gb": "H100",
     "rtx-6000": "RTX6000",
     "rtxa6000": "A6000",
     "rtx-a6000": "A6000",
+    "amd-instinct-mi300x-oam": "MI300X",
+    "tpu-v4-pod": "tpu-v4",
+    "tpu-v5-litepod": "tpu-v5e",
     "tpu-v5litepod": "tpu-v5e",
     "v5litepod": "tpu-v5e",
     "tpu-v5lite": "tpu-v5e",
 }
 
 _BY_LOWER = {name.lower(): name for name in (*GPUS, *TPUS)}
-_TPU_RE = re.compile(r"^(?:tpu-)?(v[0-9]+[a-z]*|v5litepod)-([0-9]+)$", re.IGNORECASE | re.ASCII)
+_SLICE_RE = re.compile(r"^(.+)-([0-9]+)$", re.ASCII)  # a TPU slice: generation-size
 _HELP = 'an accelerator such as "A100:1", "a100", "H100:8" or "tpu-v5e-8"'
 
 
@@ -86,7 +89,7 @@ class Accelerator:
     """A request for ``count`` accelerators of one kind."""
 
     name: str  # canonical name, e.g. "A100" or "tpu-v5e"
-    count: int  # devices (GPUs) or chips in the slice (TPUs)
+    count: int  # devices (GPUs), or the slice size of a TPU (the 8 of tpu-v5e-8)
 
     @property
     def is_tpu(self) -> bool:
@@ -99,9 +102,13 @@ class Accelerator:
         return f"{self.name}:{self.count}"
 
 
-def canonical_name(name: str) -> str:
-    """Return the canonical name for ``name`` or raise ``ValueError`` with the closest ones."""
-    key = name.strip().lower().replace(" ", "-")
+def _key(name: str) -> str:
+    """``name`` as ALIASES spells its keys."""
+    return name.strip().lower().replace(" ", "-").replace("_", "-")
+
+
+def _lookup(name: str) -> str | None:
+    key = _key(name)
     if key.startswith("nvidia-") and key[7:] in _BY_LOWER:
         key = key[7:]
     if key in _BY_LOWER:
@@ -110,26 +117,47 @@ def canonical_name(name: str) -> str:
         return ALIASES[key]
     if not key.startswith("tpu-") and f"tpu-{key}" in _BY_LOWER:
         return _BY_LOWER[f"tpu-{key}"]
+    return None
+
+
+def _unknown(name: str, machines: dict[str, str] | None = None) -> ValueError:
+    """The error for a name that is no accelerator, naming the closest ones (and the closest
+    machine types, when ``machines`` maps their lower-case names to their spelling)."""
     import difflib
 
     known = [*GPUS, *TPUS]
     close = difflib.get_close_matches(name.strip().upper(), [k.upper() for k in known], n=3)
     names = [n for k in close for n in known if n.upper() == k]
+    if machines and len(names) < 3:
+        near = difflib.get_close_matches(name.strip().lower(), list(machines), n=3 - len(names))
+        names += [machines[m] for m in near]
     hint = f"did you mean {', '.join(names)}?" if names else f"known: {', '.join(known)}"
-    raise ValueError(f"unknown accelerator {name!r}; {hint}")
+    return ValueError(f"unknown accelerator {name!r}; {hint}")
+
+
+def canonical_name(name: str) -> str:
+    """Return the canonical name for ``name`` or raise ``ValueError`` with the closest ones."""
+    found = _lookup(name)
+    if found is None:
+        raise _unknown(name)
+    return found
 
 
 def parse_accelerator(value: object) -> Accelerator:
-    """Parse ``A100:1``, ``a100`` (count 1), ``H100:8``, ``tpu-v5e-8`` or ``v5litepod-8``."""
+    """Parse ``A100:1``, ``a100`` (count 1), ``H100:8``, ``tpu-v5e-8``, ``v5litepod-8``, or a
+    machine type (``p4d.24xlarge``, ``ml.p4d.24xlarge``, ``a2-highgpu-8g``,
+    ``Standard_ND96asr_v4``), which stands for the accelerators it carries and takes no count.
+    Machine types that no backend table names are looked up in the price catalog, imported
+    only then."""
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"expected {_HELP}, not {value!r}")
     text = value.strip()
-    tpu = _TPU_RE.match(text)
-    if tpu and ":" not in text:
-        name = canonical_name(f"tpu-{tpu.group(1)}")
-        if int(tpu.group(2)) < 1:
+    slice_ = _SLICE_RE.match(text)
+    generation = _lookup(slice_.group(1)) if slice_ and ":" not in text else None
+    if slice_ and generation and generation.startswith("tpu-"):
+        if int(slice_.group(2)) < 1:
             raise ValueError(f"a TPU slice has at least 1 chip, not {value!r}")
-        return Accelerator(name, int(tpu.group(2)))
+        return Accelerator(generation, int(slice_.group(2)))
     name_part, sep, count_part = text.partition(":")
     count = 1
     if sep:
@@ -137,7 +165,99 @@ def parse_accelerator(value: object) -> Accelerator:
         if not (digits.isascii() and digits.isdecimal()) or int(digits) < 1:
             raise ValueError(f"the count in {value!r} must be a whole number of at least 1")
         count = int(count_part)
-    name = canonical_name(name_part)
-    if name.startswith("tpu-") and not sep:
-        raise ValueError(f"say how many TPU chips, e.g. {name}-8, not {value!r}")
-    return Accelerator(name, count)
+    found = _lookup(name_part)
+    if found is None:
+        machine = _machine(name_part.strip())
+        if sep:
+            wanted = Accelerator(machine.name, count)
+            raise ValueError(
+                f"{name_part.strip()} is a machine type with {machine}, so it takes no count;"
+                f' write "{name_part.strip()}" for one such machine, or "{wanted}"'
+            )
+        return machine
+    if found.startswith("tpu-") and not sep:
+        raise ValueError(f"say how many TPU chips, e.g. {found}-8, not {value!r}")
+    return Accelerator(found, count)
+
+
+# --- machine types ---------------------------------------------------------------------------
+
+
+@cache
+def _backend_machines() -> dict[str, Accelerator]:
+    """Machine types the backend tables name (lower-case) -> what one machine carries."""
+    from ferry.accelerator_names import (
+        SAGEMAKER_INSTANCES,
+        VERTEX_ACCELERATOR_TYPES,
+        VERTEX_GPU_MACHINES,
+        VERTEX_TPU_MACHINES,
+    )
+
+    machines: dict[str, Accelerator] = {}
+    for instance_type, (name, count) in SAGEMAKER_INSTANCES.items():
+        machines[instance_type] = machines[instance_type.removeprefix("ml.")] = Accelerator(
+            name, count
+        )
+    for machine_type, (vertex_type, count) in VERTEX_GPU_MACHINES.items():
+        machines[machine_type] = Accelerator(VERTEX_ACCELERATOR_TYPES[vertex_type], count)
+    for machine_type, (generation, chips) in VERTEX_TPU_MACHINES.items():
+        machines[machine_type] = Accelerator(generation, chips)
+    return machines
+
+
+_catalog_index: tuple[Catalog, dict[str, tuple[str, frozenset[Accelerator]]]] | None = None
+_reading = threading.local()  # set while the catalog loads: its own rows are parsed then
+
+
+def _catalog_machines() -> dict[str, tuple[str, frozenset[Accelerator]]]:
+    """The catalog's machine types (lower-case) -> (their spelling, the accelerators they come
+    with: several for one that takes different GPUs, such as n1-standard-8, none for CPU-only
+    ones). Imports and loads the catalog on first use; empty when it cannot be read."""
+    global _catalog_index
+    if getattr(_reading, "active", False):
+        return {}
+    _reading.active = True
+    try:
+        from ferry.catalog import load_catalog
+
+        catalog = load_catalog()
+    except (OSError, ValueError, KeyError, TypeError):  # a damaged file: no machine types then
+        return {}
+    finally:
+        _reading.active = False
+    if _catalog_index is None or _catalog_index[0] is not catalog:
+        found: dict[str, tuple[str, set[Accelerator]]] = {}
+        for o in [*catalog.offerings, *(f.offering for f in catalog.flagged)]:
+            _, kinds = found.setdefault(o.instance_type.lower(), (o.instance_type, set()))
+            if o.accelerator:
+                kinds.add(Accelerator(o.accelerator, o.count))
+        index = {k: (spelling, frozenset(kinds)) for k, (spelling, kinds) in found.items()}
+        _catalog_index = (catalog, index)
+    return _catalog_index[1]
+
+
+def _machine(name: str) -> Accelerator:
+    """What one machine of type ``name`` carries, or ``ValueError`` for a name that is no
+    accelerator and no machine type with a single kind of accelerator."""
+    key = name.lower()
+    if key in _backend_machines():
+        return _backend_machines()[key]
+    catalog = _catalog_machines()
+    for candidate in (key, f"standard_{key}"):  # Azure sizes are also written without it
+        if candidate in catalog:
+            spelling, kinds = catalog[candidate]
+            if len(kinds) == 1:
+                return next(iter(kinds))
+            if not kinds:
+                raise ValueError(
+                    f"{spelling} has no accelerator; leave the accelerator out for a CPU-only job"
+                )
+            options = sorted(kinds, key=lambda a: (a.name, a.count))
+            *others, last = sorted({a.name for a in options})
+            raise ValueError(
+                f"{spelling} takes {', '.join(others)} or {last} GPUs;"
+                f" name the accelerator instead, e.g. {options[0]}"
+            )
+    ours = [k for k in _backend_machines() if k.startswith("ml.") == key.startswith("ml.")]
+    spellings = dict(zip(ours, ours, strict=True)) | {k: s for k, (s, _) in catalog.items()}
+    raise _unknown(name, spellings)

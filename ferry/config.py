@@ -68,6 +68,34 @@ def _text(value: str) -> str:
     return value
 
 
+def _nonneg_float(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise ValueError(f"expected a number, not {value!r}") from None
+    if not number >= 0 or number == float("inf"):
+        raise ValueError(f"expected a number of 0 or more, not {value!r}")
+    return number
+
+
+def _flag(value: str) -> bool:
+    text = value.strip().lower()
+    if text in ("true", "yes", "on", "1"):
+        return True
+    if text in ("false", "no", "off", "0"):
+        return False
+    raise ValueError(f"expected true or false, not {value!r}")
+
+
+def _choice(*choices: str) -> Callable[[str], str]:
+    def parse(value: str) -> str:
+        if value not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}, not {value!r}")
+        return value
+
+    return parse
+
+
 def _url(value: str) -> str:
     from ferry.spec import check_webhook
 
@@ -141,6 +169,23 @@ SETTINGS: dict[str, Setting] = {
     ),
     "tracking.mlflow": Setting(
         _tracking_uri, None, "MLflow tracking URI every job reports to (paths: absolute)"
+    ),
+    "local.price_hour": Setting(
+        _nonneg_float, 0.0, "USD per hour this machine costs, for estimates and budgets"
+    ),
+    "cost.confirm_above": Setting(
+        _nonneg_float, 10.0, "ferry run asks before launching a job that costs more USD/hour"
+    ),
+    "cost.when_not_interactive": Setting(
+        _choice("launch", "refuse"),
+        "launch",
+        "above cost.confirm_above with no terminal to ask on: launch or refuse (--yes launches)",
+    ),
+    "budget.monthly": Setting(
+        _positive_float, None, "USD all jobs may spend per calendar month (ferry budget set)"
+    ),
+    "budget.hard": Setting(
+        _flag, False, "when the monthly budget is spent, stop running jobs too (not only new ones)"
     ),
     "snapshot.max_size": Setting(
         parse_size, defaults.MAX_SNAPSHOT_BYTES, "largest code snapshot accepted"

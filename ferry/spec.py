@@ -62,6 +62,24 @@ class Resources(_Model):
     memory: int | None = None  # bytes
     spot: bool = False
     nodes: int = Field(default=1, ge=1, le=10_000)
+    # where a cloud offering may come from (empty: anywhere); used by --backend auto
+    providers: tuple[str, ...] = ()
+    regions: tuple[str, ...] = ()
+
+    @field_validator("providers", "regions", mode="before")
+    @classmethod
+    def _places(cls, value: object) -> object:
+        return (value,) if isinstance(value, str) else value
+
+    @field_validator("providers")
+    @classmethod
+    def _providers(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        from ferry.catalog.offerings import PROVIDERS
+
+        for name in value:
+            if name not in PROVIDERS:
+                raise ValueError(f"unknown provider {name!r}; known: {', '.join(PROVIDERS)}")
+        return value
 
     @field_validator("accelerator", mode="before")
     @classmethod
@@ -311,7 +329,9 @@ class JobSpec(_Model):
     limits: Limits = Limits()
     retries: Retries = Retries()
     checkpoint: Checkpoint = Checkpoint()
-    backend: str | None = None
+    backend: str | None = None  # or "auto": the cheapest offering that fits
+    # how long the job is expected to run: ranks offerings by total price and estimates it
+    est_runtime: float | None = None  # seconds
     # metrics to read from what the script prints: name -> regex with one group (the value)
     metrics: dict[str, str] = {}
     # files the script writes in its working folder that belong in the outputs too
@@ -443,8 +463,8 @@ class JobSpec(_Model):
     @field_validator("backend")
     @classmethod
     def _backend(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
+        if value is None or value == "auto":
+            return value
         from ferry.backends.registry import known_backends
 
         if value not in known_backends():
@@ -452,10 +472,14 @@ class JobSpec(_Model):
 
             close = difflib.get_close_matches(value, known_backends(), n=1)
             hint = f"did you mean {close[0]}?" if close else ""
-            raise ValueError(
-                f"unknown backend {value!r}; known: {', '.join(known_backends())}. {hint}".strip()
-            )
+            known = ", ".join([*known_backends(), "auto"])
+            raise ValueError(f"unknown backend {value!r}; known: {known}. {hint}".strip())
         return value
+
+    @field_validator("est_runtime", mode="before")
+    @classmethod
+    def _est_runtime(cls, value: object) -> float | None:
+        return None if value is None else parse_duration(value)
 
     def with_defaults(self, *, name: str, backend: str) -> JobSpec:
         """A copy with the name and backend filled in (as stored with the job)."""

@@ -40,6 +40,9 @@ COMMANDS = {
     "cache": "cache_cmd",
     "config": "config_cmd",
     "agent": "agent_cmd",
+    "catalog": "catalog_cmd",
+    "cost": "cost_cmd",
+    "budget": "budget_cmd",
 }
 
 

@@ -49,7 +49,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("spec", nargs="?", help="job spec file (YAML)")
     p.add_argument("--name", help="job name (default: from the spec or the script)")
     p.add_argument("--code", metavar="DIR", help="folder snapshotted for the job (default: .)")
-    p.add_argument("--backend", help="where to run: local (default from config)")
+    p.add_argument(
+        "--backend", help="where to run: local, or auto (cheapest that fits; default from config)"
+    )
     p.add_argument("--accelerator", metavar="KIND[:N]", help="e.g. A100:1, H100:8, tpu-v5e-8")
     p.add_argument("--cpus", type=float, help="CPU cores per node")
     p.add_argument("--memory", help="memory per node, e.g. 32GB")
@@ -81,6 +83,12 @@ def register(subparsers: Any) -> None:
         "--max-runtime", metavar="DURATION", help="stop the job after this long, e.g. 6h"
     )
     p.add_argument("--max-cost", type=float, metavar="USD", help="stop the job at this cost")
+    p.add_argument(
+        "--est-runtime", metavar="DURATION", help="expected runtime, for the price estimate"
+    )
+    p.add_argument(
+        "--yes", "-y", action="store_true", help="launch without asking, whatever the price"
+    )
     p.add_argument(
         "--retries", type=int, metavar="N", help="retries after a failing exit (retries.on_error)"
     )
@@ -178,6 +186,8 @@ def overrides_from(args: argparse.Namespace, command: list[str] | None) -> dict[
         out["alerts"] = alerts
     if args.mlflow:
         out["tracking"] = {"mlflow": args.mlflow}
+    if args.est_runtime:
+        out["est_runtime"] = args.est_runtime
     if args.simulate_preempt_every:
         out["simulate"] = {"preempt_every": args.simulate_preempt_every}
     if command:
@@ -195,6 +205,7 @@ def run(args: argparse.Namespace) -> int:
     from ferry.store import open_store
 
     store = open_store()
+    _price_check(spec, store, args.yes)
     job = submit(spec, store=store)
     if args.detach:
         print(job.id)
@@ -254,16 +265,63 @@ def _summary(job: Any) -> None:
         eprint(f"ferry: {job.id} {status} after {took}: {job.reason}")
 
 
+def _price_check(spec: Any, store: Any, yes: bool) -> None:
+    """Print the offering and its price before launching anything that costs money, and
+    ask above ``cost.confirm_above`` USD/h (``--yes`` and ``cost.when_not_interactive``
+    decide when there is no one to ask)."""
+    import sys
+
+    from ferry import config
+    from ferry.controller.budget import check_submission
+
+    check_submission(store)  # before any plan is printed
+    backend = spec.backend or str(config.get("backend"))
+    if backend == "local" and not float(config.get("local.price_hour")):
+        return  # free: nothing to say, and no time spent pricing it
+    from ferry.catalog.estimate import quote
+
+    found = quote(spec, backend=backend, store=store)
+    if found.option is None:
+        return  # submit says why nothing fits
+    eprint(f"ferry: plan: {found.line()}")
+    for other in found.plan.options[1:3]:
+        eprint(f"ferry:   next: {other.describe()} · {other.price:,.2f} USD/h")
+    for skipped in found.plan.skipped[:2]:
+        if skipped.price < found.price:
+            eprint(
+                f"ferry:   skipped: {skipped.describe()} · {skipped.price:,.2f} USD/h, "
+                f"{skipped.skipped}"
+            )
+    limit = float(config.get("cost.confirm_above"))
+    if yes or found.price <= limit:
+        return
+    above = f"{found.price:,.2f} USD/h is above cost.confirm_above ({limit:,.2f})"
+    if not sys.stdin.isatty():
+        if config.get("cost.when_not_interactive") == "refuse":
+            raise UsageError(f"not launched: {above}", "pass --yes to launch it")
+        return
+    answer = input(f"ferry: {above}; launch it? [y/N] ").strip().lower()
+    if answer not in ("y", "yes"):
+        raise UsageError("not launched", "pass --yes to launch without asking")
+
+
 def _dry_run(spec: Any) -> int:
     import json
 
     from ferry import config
     from ferry.backends.registry import get_backend
+    from ferry.catalog.estimate import quote
 
     backend_name = spec.backend or config.get("backend")
+    found = quote(spec, backend=backend_name)
+    if backend_name == "auto":
+        from ferry.controller.jobs import choose_backend
+
+        backend_name = choose_backend(spec)
     backend = get_backend(backend_name)
     backend.check(spec)
-    print(json.dumps({"backend": backend_name, "spec": spec.to_json()}, indent=2))
+    plan = {"offering": found.line(), "usd_per_hour": found.price, "estimate_usd": found.total}
+    print(json.dumps({"backend": backend_name, "plan": plan, "spec": spec.to_json()}, indent=2))
     eprint(f"ferry: dry run: the {backend_name} backend accepts this job; nothing was submitted")
     return 0
 

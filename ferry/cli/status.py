@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import shlex
+import time
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,8 @@ def status(args: argparse.Namespace) -> int:
     job = find_job(store, args.job)
     attempts = store.attempts(job.id)
     events = store.events(job.id)
+    now = time.time()
+    spent = sum(a.cost_at(now) for a in attempts)
     if args.json:
         data = job_json(job)
         data["attempts"] = [
@@ -112,11 +115,14 @@ def status(args: argparse.Namespace) -> int:
                     "exit_code",
                     "reason",
                     "log_path",
-                    "cost",
+                    "price",
+                    "offering",
                 )
             }
+            | {"cost": round(a.cost_at(now), 6)}
             for a in attempts
         ]
+        data["cost"] = round(sum(a.cost_at(now) for a in attempts), 6)
         data["events"] = [
             {
                 "at": e.at,
@@ -154,6 +160,11 @@ def status(args: argparse.Namespace) -> int:
     if job.ended_at:
         head.add_row("Ended", local_time(job.ended_at))
     head.add_row("Runtime", runtime(job))
+    max_cost = (job.spec.get("limits") or {}).get("max_cost")
+    if spent or max_cost:
+        cap = f" of max_cost {max_cost:,.2f}" if max_cost else ""
+        price = attempts[-1].price if attempts else 0.0
+        head.add_row("Cost", f"{spent:,.2f} USD{cap}  ({price:,.2f} USD/h)")
     alerts = [e.message.removeprefix(ALERT_PREFIX) for e in events if is_alert(e.message)]
     if alerts:
         more = f" (and {len(alerts) - 1} more below)" if len(alerts) > 1 else ""
@@ -166,10 +177,13 @@ def status(args: argparse.Namespace) -> int:
     console.print(head)
     if attempts:
         t = Table(title="Attempts", title_justify="left", box=None, header_style="bold")
-        for col in ("#", "STATUS", "HOST", "STARTED", "ENDED", "EXIT", "REASON"):
+        columns = ["#", "STATUS", "HOST", "STARTED", "ENDED", "EXIT", "REASON"]
+        if spent:
+            columns.insert(-1, "USD")
+        for col in columns:
             t.add_column(col, overflow="fold")
         for a in attempts:
-            t.add_row(
+            cells = [
                 str(a.number),
                 a.status.value,
                 a.host,
@@ -177,7 +191,10 @@ def status(args: argparse.Namespace) -> int:
                 local_time(a.ended_at),
                 "" if a.exit_code is None else str(a.exit_code),
                 a.reason or "",
-            )
+            ]
+            if spent:
+                cells.insert(-1, f"{a.cost_at(now):,.2f}")
+            t.add_row(*cells)
         console.print()
         console.print(t)
     if events:

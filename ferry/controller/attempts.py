@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ferry import config, defaults
 from ferry.contract.env import env_key
+from ferry.controller.budget import CostCap, cost_cap
 from ferry.controller.jobs import (
     _S,
     _finish_job,
@@ -230,7 +231,13 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
         if job.status.is_terminal():  # declared lost while this supervisor was starting
             return False
         attempt = store.add_attempt(
-            job_id, backend="local", host=hostname(), log_dir=job.job_dir, **me
+            job_id,
+            backend="local",
+            host=hostname(),
+            log_dir=job.job_dir,
+            price=float(config.get("local.price_hour")),
+            offering="local",
+            **me,
         )
         try:
             inputs = _stage_inputs(store, job)
@@ -325,9 +332,14 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
             if job.status.is_terminal():  # or finished elsewhere (declared lost): stop now
                 _abandon(store, job_id, attempt.number, running)
                 return False
+        max_cost = limits.get("max_cost")
+        cap = cost_cap(max_cost, store.attempts(job_id) if max_cost else [], attempt)
         outcome, code = _watch(
-            store, job, running, control, grace, max_runtime, sync, observer, preempt_every
+            store, job, running, control, grace, max_runtime, sync, observer, preempt_every, cap
         )
+        if attempt.price:  # what it cost, as it ended (a free one stays at 0)
+            spent = cap.accrued(time.time()) - cap.spent_before
+            store.update_attempt(job_id, attempt.number, cost=spent)
         observer.finish()  # what the script reported last
         if sync.remote:  # a checkpoint saved on the notice reaches the bucket before a resume
             try:
@@ -362,6 +374,11 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
             if not resume:
                 reason = f"preempted {used} times (retries.on_preemption is {preemptions_allowed})"
             ending = (AttemptStatus.PREEMPTED, _S.FAILED, reason)
+        elif outcome == "budget":
+            ending = (AttemptStatus.FAILED, _S.FAILED, cap.reason())
+        elif outcome == "monthly":
+            reason = f"monthly budget reached: {config.get('budget.monthly') or 0:.2f} USD"
+            ending = (AttemptStatus.FAILED, _S.FAILED, reason)
         elif outcome == "alert" and observer.stopped_by:
             reason = f"stopped on alert: {observer.stopped_by.message}"
             ending = (AttemptStatus.FAILED, _S.FAILED, reason)
@@ -642,10 +659,14 @@ def _watch(
     sync: OutputSync,
     observer: Observer,
     preempt_every: float | None = None,
+    cap: CostCap | None = None,
 ) -> tuple[str, int]:
     """Wait for the attempt, heartbeating, and stop it on cancel, timeout, preemption (asked
-    with `ferry preempt`, or simulated), an alert (with ``on_alert: stop``) or SIGTERM."""
+    with `ferry preempt`, or simulated), an alert (with ``on_alert: stop``), its cost cap
+    (``limits.max_cost``), a spent monthly budget with ``budget.hard``, or SIGTERM."""
     import random
+
+    from ferry.controller.budget import monthly
 
     deadline = (job.started_at or time.time()) + max_runtime if max_runtime else None
     preempt_at = (
@@ -657,6 +678,13 @@ def _watch(
     sample_every = float(config.get("telemetry.interval"))
     stopping: str | None = None
     stop_sent = 0.0
+    hard_budget = (
+        cap is not None
+        and cap.price > 0
+        and config.get("budget.monthly") is not None
+        and bool(config.get("budget.hard"))
+    )
+    last_budget = time.monotonic()
     while True:
         now_wall = time.time()
         waits = [defaults.HEARTBEAT_INTERVAL, defaults.CONTROL_POLL]
@@ -694,6 +722,12 @@ def _watch(
                 stopping = "stopped"
             elif deadline and time.time() >= deadline:
                 stopping = "timeout"
+            elif cap is not None and cap.reached(time.time(), sample_every):
+                stopping = "budget"
+            elif hard_budget and mono - last_budget >= BUDGET_POLL:
+                last_budget = mono
+                if monthly(store).exhausted:
+                    stopping = "monthly"
             elif preempt_at is not None and mono >= preempt_at:
                 stopping, observer.preempted_by = "preempted", "simulate.preempt_every"
             elif mono - last_control >= defaults.CONTROL_POLL or _woken(control):
@@ -714,6 +748,8 @@ def _watch(
                 what = (
                     f"preemption notice ({observer.preempted_by})"
                     if stopping == "preempted"
+                    else f"{cap.reason()}, stopping the attempt"
+                    if stopping == "budget" and cap is not None
                     else f"stopping the attempt ({stopping})"
                 )
                 store.add_event(job.id, f"{what}: SIGTERM, then SIGKILL after {grace:g}s")
@@ -724,6 +760,7 @@ def _watch(
 
 
 MAX_CODE_RETRIES = 100  # retries.on_exit_codes are not counted, but not endless either
+BUDGET_POLL = 10.0  # seconds between looks at the month's spending (budget.hard)
 
 
 def _shell_code(code: int) -> int:

@@ -108,8 +108,14 @@ def submit(
             "give one after --, e.g. ferry run -- python train.py, or set command: in the spec",
         )
     backend_name = spec.backend or str(config.get("backend"))
+    if backend_name == "auto":  # the cheapest offering that fits, on a backend we have
+        backend_name = choose_backend(spec, store)
+        spec = spec.model_copy(update={"backend": backend_name})
     backend = get_backend(backend_name)
     backend.check(spec)
+    from ferry.controller.budget import check_submission
+
+    check_submission(store)
     if spec.inputs or (spec.outputs and "://" in spec.outputs):
         from ferry.storage.staging import check_locations
 
@@ -120,7 +126,7 @@ def submit(
             f"secret {missing[0]} is not set in this environment",
             f"export {missing[0]}=... before submitting, or remove it from secrets",
         )
-    name = spec.name or derive_name(spec.command)
+    name = spec.name or derive_name(spec.command or ())
     spec = spec.with_defaults(name=name, backend=backend_name).with_absolute_paths(Path.cwd())
     reconcile(store, admit=False)  # admission follows below, with this job in the queue
 
@@ -149,6 +155,19 @@ def submit(
         raise
     schedule(store, backend_name)
     return store.get_job(job.id)
+
+
+def choose_backend(spec: JobSpec, store: Store | None = None) -> str:
+    """The backend of the cheapest usable offering for ``spec`` (``--backend auto``)."""
+    from ferry.catalog.estimate import quote
+
+    chosen = quote(spec, backend="auto", store=store)
+    if chosen.option is None or chosen.option.backend is None:
+        raise UsageError(
+            chosen.plan.why_none(),
+            "see the offerings with: ferry cost estimate SPEC, or choose a backend",
+        )
+    return chosen.option.backend
 
 
 def _store_job(

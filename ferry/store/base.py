@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ferry.status import JobStatus
-from ferry.store.records import Allocation, Attempt, Event, Job, MetricSummary
+from ferry.store.records import Allocation, Attempt, Event, Job, MetricSummary, Spend
 
 # Decides admissions: given the queued jobs (oldest first) and the active ones, returns the
 # (job id, allocation) pairs to move from QUEUED to STARTING.
@@ -93,10 +93,19 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def add_attempt(
-        self, job_id: str, *, backend: str, host: str, log_dir: str, **job_fields: Any
+        self,
+        job_id: str,
+        *,
+        backend: str,
+        host: str,
+        log_dir: str,
+        price: float = 0.0,
+        offering: str | None = None,
+        **job_fields: Any,
     ) -> Attempt:
-        """Start the next numbered attempt of a job (and set ``job_fields`` on the job, such
-        as its supervisor, in the same transaction)."""
+        """Start the next numbered attempt of a job, recording what it runs on and its price
+        in USD per hour (and set ``job_fields`` on the job, such as its supervisor, in the
+        same transaction)."""
 
     @abc.abstractmethod
     def update_attempt(self, job_id: str, number: int, **fields: Any) -> Attempt:
@@ -105,6 +114,11 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def attempts(self, job_id: str) -> list[Attempt]:
         """A job's attempts, first to last."""
+
+    @abc.abstractmethod
+    def spending(self, since: float, until: float | None = None) -> list[Spend]:
+        """The cost of every attempt that ran between ``since`` and ``until`` (default now),
+        oldest first: the part of it spent in that window (a running attempt's, up to now)."""
 
     @abc.abstractmethod
     def add_event(self, job_id: str, message: str) -> None:

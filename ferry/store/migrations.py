@@ -70,6 +70,13 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX metrics_job_name ON metrics (job_id, name, t);
     """,
+    # 3: what each attempt ran on and its price (USD per hour, recorded at launch), for
+    # budgets and cost reports by time
+    """
+    ALTER TABLE attempts ADD COLUMN price REAL NOT NULL DEFAULT 0;
+    ALTER TABLE attempts ADD COLUMN offering TEXT;
+    CREATE INDEX attempts_started ON attempts (started_at);
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -71,7 +71,30 @@ class Attempt:
     ended_at: float | None = None
     exit_code: int | None = None
     reason: str | None = None
-    cost: float = 0.0
+    cost: float = 0.0  # USD accrued so far (kept up to date while it runs)
+    price: float = 0.0  # USD per hour, as recorded at launch (spot price for spot)
+    offering: str | None = None  # what it ran on: "local", "gcp us-central1 a2-highgpu-1g spot"
+
+    def cost_at(self, now: float) -> float:
+        """USD spent by ``now``: the price over the time it ran (or has run so far)."""
+        end = self.ended_at if self.ended_at is not None else now
+        return max(self.cost, self.price * max(0.0, end - self.started_at) / 3600)
+
+
+@dataclass(frozen=True)
+class Spend:
+    """One attempt's cost, with what a report groups it by."""
+
+    job_id: str
+    job_name: str
+    attempt: int
+    backend: str
+    accelerator: str | None  # "A100:1", or None for CPU only
+    offering: str | None
+    price: float
+    started_at: float
+    ended_at: float | None
+    cost: float  # up to the time of the query for a running attempt
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from ferry.errors import JobNotFound, StoreError, TransitionError
 from ferry.status import AttemptStatus, JobStatus
 from ferry.store.base import AdmitFn, IdTaken, Store
 from ferry.store.migrations import MIGRATIONS, SCHEMA_VERSION
-from ferry.store.records import Allocation, Attempt, Event, Job, MetricSummary
+from ferry.store.records import Allocation, Attempt, Event, Job, MetricSummary, Spend
 
 _JOB_COLUMNS = (
     "id, name, seq, status, backend, spec, job_dir, outputs, created_at, updated_at, "
@@ -31,7 +31,7 @@ _JOB_COLUMNS = (
 )
 _ATTEMPT_COLUMNS = (
     "job_id, number, status, backend, host, log_path, started_at, handle, ended_at, "
-    "exit_code, reason, cost"
+    "exit_code, reason, cost, price, offering"
 )
 _JOB_FIELDS = frozenset(
     {
@@ -47,7 +47,9 @@ _JOB_FIELDS = frozenset(
         "supervisor_started",
     }
 )
-_ATTEMPT_FIELDS = frozenset({"status", "handle", "ended_at", "exit_code", "reason", "cost", "host"})
+_ATTEMPT_FIELDS = frozenset(
+    {"status", "handle", "ended_at", "exit_code", "reason", "cost", "host", "price", "offering"}
+)
 # Every open store, so that their connections can be closed before this process forks:
 # SQLite's per-process file state must not be inherited by a child (https://sqlite.org/howtocorrupt.html#fork).
 _OPEN: weakref.WeakSet[SQLiteStore] = weakref.WeakSet()
@@ -99,6 +101,8 @@ def _attempt(row: tuple[Any, ...]) -> Attempt:
         exit_code=row[9],
         reason=row[10],
         cost=row[11],
+        price=row[12],
+        offering=row[13],
     )
 
 
@@ -464,7 +468,15 @@ class SQLiteStore(Store):
     # -- attempts and events ---------------------------------------------------------------
 
     def add_attempt(
-        self, job_id: str, *, backend: str, host: str, log_dir: str, **job_fields: Any
+        self,
+        job_id: str,
+        *,
+        backend: str,
+        host: str,
+        log_dir: str,
+        price: float = 0.0,
+        offering: str | None = None,
+        **job_fields: Any,
     ) -> Attempt:
         unknown = set(job_fields) - _JOB_FIELDS
         if unknown:
@@ -482,8 +494,18 @@ class SQLiteStore(Store):
             log_path = str(Path(log_dir) / f"attempt-{number}.log")
             db.execute(
                 "INSERT INTO attempts (job_id, number, status, backend, host, log_path,"
-                " started_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (job_id, number, AttemptStatus.STARTING.value, backend, host, log_path, now),
+                " started_at, price, offering) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    job_id,
+                    number,
+                    AttemptStatus.STARTING.value,
+                    backend,
+                    host,
+                    log_path,
+                    now,
+                    price,
+                    offering,
+                ),
             )
         return self.attempts(job_id)[-1]
 
@@ -515,6 +537,38 @@ class SQLiteStore(Store):
             (job_id,),
         )
         return [_attempt(r) for r in rows]
+
+    def spending(self, since: float, until: float | None = None) -> list[Spend]:
+        now = time.time()
+        until = now if until is None else until
+        rows = self._read(
+            "SELECT a.job_id, j.name, a.number, a.backend, j.spec, a.offering, a.price,"
+            " a.started_at, a.ended_at, a.cost FROM attempts a JOIN jobs j ON j.id = a.job_id"
+            " WHERE COALESCE(a.ended_at, ?) > ? AND a.started_at < ? ORDER BY a.started_at",
+            (now, since, until),
+        )
+        out = []
+        for row in rows:
+            accelerator = (json.loads(row[4]).get("resources") or {}).get("accelerator")
+            start, end = row[7], row[8] if row[8] is not None else now
+            whole = max(row[9], row[6] * max(0.0, end - start) / 3600)
+            inside = max(0.0, min(end, until) - max(start, since))
+            cost = whole * inside / (end - start) if end > start else whole
+            out.append(
+                Spend(
+                    job_id=row[0],
+                    job_name=row[1],
+                    attempt=row[2],
+                    backend=row[3],
+                    accelerator=accelerator,
+                    offering=row[5],
+                    price=row[6],
+                    started_at=start,
+                    ended_at=row[8],
+                    cost=cost,
+                )
+            )
+        return out
 
     def add_event(self, job_id: str, message: str) -> None:
         with self._write() as db:

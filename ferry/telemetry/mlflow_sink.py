@@ -72,7 +72,8 @@ def _tags(job: Job, store: Store) -> dict[str, str]:
     spec = job.spec
     resources = spec.get("resources") or {}
     attempts = store.attempts(job.id)
-    cost = sum(getattr(a, "cost", None) or 0.0 for a in attempts)
+    now = time.time()
+    cost = sum(a.cost_at(now) for a in attempts)
     tags = {
         "ferry.job_id": job.id,
         "ferry.backend": job.backend,

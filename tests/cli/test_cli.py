@@ -95,7 +95,10 @@ def test_dry_run_prints_the_resolved_spec(home: Path, project: Path) -> None:
         "memory": 1024**3,
         "spot": False,
         "nodes": 1,
+        "providers": [],
+        "regions": [],
     }
+    assert data["plan"]["usd_per_hour"] == 0.0
     assert ferry_json("jobs") == []
 
 

@@ -1,0 +1,97 @@
+"""What a job will cost before it runs: its runtime estimate and the price of the offering
+it would run on (``ferry cost estimate``, and the line ``ferry run`` prints first)."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ferry.catalog.optimizer import Option, Plan, Request, plan
+
+if TYPE_CHECKING:
+    from ferry.spec import JobSpec
+    from ferry.store import Store
+
+RUNS_LOOKED_AT = 20  # the median of at most this many earlier runs of the same name ...
+JOBS_LOOKED_AT = 1000  # ... among this many most recent successful jobs
+
+
+@dataclass
+class Quote:
+    """The plan for a job, the option it would take, and the runtime it is priced for."""
+
+    plan: Plan
+    option: Option | None
+    hours: float | None
+    hours_from: str  # "--hours", "est_runtime", "median of 5 earlier runs", or ""
+
+    @property
+    def price(self) -> float:
+        """USD per hour of the chosen option (0 when there is none)."""
+        return self.option.price if self.option else 0.0
+
+    @property
+    def total(self) -> float | None:
+        """USD for the runtime estimate, when one is known."""
+        return self.price * self.hours if self.option and self.hours is not None else None
+
+    def line(self) -> str:
+        """``'gcp a2-highgpu-1g (A100:1) in us-central1 · 3.67 USD/h · ~11.02 USD for 3h
+        (est_runtime)'``."""
+        from ferry.units import format_duration
+
+        if self.option is None:
+            return self.plan.why_none()
+        text = f"{self.option.describe()} · {self.price:,.2f} USD/h"
+        if self.total is not None and self.hours is not None:
+            source = f" ({self.hours_from})" if self.hours_from else ""
+            text += f" · ~{self.total:,.2f} USD for {format_duration(self.hours * 3600)}{source}"
+        return text
+
+
+def runtime_estimate(
+    spec: JobSpec, store: Store | None = None, hours: float | None = None
+) -> tuple[float | None, str]:
+    """Hours the job is expected to run, and where that comes from: ``hours`` as given,
+    the spec's ``est_runtime``, or the median runtime of earlier successful jobs of the
+    same name (None when there is none)."""
+    if hours is not None:
+        return hours, "--hours"
+    if spec.est_runtime:
+        return spec.est_runtime / 3600, "est_runtime"
+    if store is None or not spec.name:
+        return None, ""
+    from ferry.status import JobStatus
+
+    runs = [
+        job.ended_at - job.started_at
+        for job in store.list_jobs([JobStatus.SUCCEEDED], limit=JOBS_LOOKED_AT)
+        if job.name == spec.name and job.started_at and job.ended_at
+    ][:RUNS_LOOKED_AT]
+    if not runs:
+        return None, ""
+    plural = "s" if len(runs) != 1 else ""
+    return statistics.median(runs) / 3600, f"median of {len(runs)} earlier run{plural}"
+
+
+def quote(
+    spec: JobSpec, *, backend: str, store: Store | None = None, hours: float | None = None
+) -> Quote:
+    """Price ``spec`` on ``backend`` (``auto``: the cheapest option that fits)."""
+    from ferry.catalog.offerings import Catalog
+
+    estimate, source = runtime_estimate(spec, store, hours)
+    request = Request.from_spec(spec, estimate)
+    if backend == "auto":
+        found = plan(request)
+    else:  # the named backend: its own offerings only (the local machine for local)
+        empty = Catalog([], {}, {})
+        found = plan(request, catalog=empty if backend == "local" else None)
+        found.options = [o for o in found.options if o.backend == backend]
+        if backend == "local" and not found.options:  # priced all the same
+            from ferry.catalog.optimizer import local_offering
+
+            local = local_offering()
+            found.options = [Option(local, "local", False, (local.price or 0.0) * request.nodes)]
+    return Quote(found, found.best, estimate, source)

@@ -1,0 +1,248 @@
+"""``ferry cost estimate SPEC``: what a job would cost, on which offering; ``ferry cost
+report``: what jobs spent, grouped, as a table, JSON, CSV or a PNG chart per day."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import json
+import sys
+import time
+from typing import Any
+
+from ferry.cli._common import add_command, eprint
+from ferry.errors import BackendNotInstalled, UsageError
+
+ESTIMATE_EXAMPLE = """\
+  ferry cost estimate job.yaml
+  ferry cost estimate job.yaml --hours 12 --accelerator H100:8 --spot
+  ferry cost estimate job.yaml --backend auto --json
+"""
+REPORT_EXAMPLE = """\
+  ferry cost report                      # the last 30 days, by job
+  ferry cost report --since 7d --by accelerator
+  ferry cost report --by day --csv > spend.csv
+  ferry cost report --by day -o spend.png
+"""
+GROUPS = ("job", "backend", "accelerator", "day")
+
+
+def register(subparsers: Any) -> None:
+    p = add_command(
+        subparsers,
+        "cost",
+        help="estimate a job's cost; report what jobs spent",
+        description="Estimate what a job would cost before launching it, or report what "
+        "jobs have spent (every attempt's price, recorded at launch, over the time it ran).",
+        example=ESTIMATE_EXAMPLE + REPORT_EXAMPLE,
+    )
+    sub = p.add_subparsers(dest="cost_action", metavar="ACTION", required=True)
+    e = add_command(
+        sub,
+        "estimate",
+        help="what a job would cost, and on which offering",
+        description="Price a job spec: the offerings that fit its resources, cheapest first, "
+        "with USD per hour and the total for its runtime (--hours, est_runtime in the "
+        "spec, or the median of earlier runs of the same name).",
+        example=ESTIMATE_EXAMPLE,
+    )
+    e.add_argument("spec", nargs="?", help="job spec file (YAML)")
+    e.add_argument("--hours", type=float, help="runtime to price (hours)")
+    e.add_argument("--backend", help="local, or auto (default: the spec's, else auto)")
+    e.add_argument("--accelerator", metavar="KIND[:N]", help="e.g. A100:1, H100:8, tpu-v5e-8")
+    e.add_argument(
+        "--spot", action=argparse.BooleanOptionalAction, default=None, help="spot capacity"
+    )
+    e.add_argument("--nodes", type=int, help="number of nodes")
+    e.add_argument("--top", type=int, default=5, help="options to list (default 5)")
+    e.add_argument("--json", action="store_true", help="print JSON for scripts")
+    e.set_defaults(handler=estimate)
+    r = add_command(
+        sub,
+        "report",
+        help="what jobs spent, grouped",
+        description="Sum what jobs spent in a period, by job, backend, accelerator or day.",
+        example=REPORT_EXAMPLE,
+    )
+    r.add_argument("--since", default="30d", help="period to cover, e.g. 7d, 24h (default 30d)")
+    r.add_argument("--by", choices=GROUPS, default="job", help="how to group (default: job)")
+    out = r.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print JSON for scripts")
+    out.add_argument("--csv", action="store_true", help="print CSV")
+    out.add_argument("-o", "--output", metavar="FILE.png", help="a PNG chart of spend per day")
+    r.set_defaults(handler=report)
+
+
+# -- estimate ------------------------------------------------------------------------------
+
+
+def estimate(args: argparse.Namespace) -> int:
+    from ferry.catalog.estimate import quote
+    from ferry.spec import load_spec
+    from ferry.store import open_store
+
+    overrides: dict[str, Any] = {}
+    resources = {
+        k: getattr(args, k)
+        for k in ("accelerator", "spot", "nodes")
+        if getattr(args, k) is not None
+    }
+    if resources:
+        overrides["resources"] = resources
+    if args.spec is None and not resources:
+        raise UsageError(
+            "give a job spec or the resources to price",
+            "e.g. ferry cost estimate job.yaml, or --accelerator A100:1",
+        )
+    spec = load_spec(args.spec, overrides)
+    backend = args.backend or spec.backend or "auto"
+    if args.hours is not None and not args.hours > 0:
+        raise UsageError(f"--hours must be above 0, not {args.hours:g}")
+    found = quote(spec, backend=backend, store=open_store(), hours=args.hours)
+    options = found.plan.options[: args.top]
+    skipped = found.plan.skipped[: args.top]
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "request": found.plan.request.describe(),
+                    "hours": found.hours,
+                    "hours_from": found.hours_from or None,
+                    "choice": _option_json(found.option) if found.option else None,
+                    "options": [_option_json(o) for o in options],
+                    "skipped": [_option_json(o) for o in skipped],
+                },
+                indent=1,
+            )
+        )
+        return 0 if found.option else 1
+    from ferry.catalog.offerings import load_catalog
+
+    eprint(f"ferry: {load_catalog().describe_age()}")
+    print(f"{found.plan.request.describe()}: {found.line()}")
+    if options or skipped:
+        _options_table(options + skipped, found.hours)
+    if found.option is None:
+        return 1
+    return 0
+
+
+def _option_json(option: Any) -> dict[str, Any]:
+    o = option.offering
+    return {
+        "provider": o.provider,
+        "region": o.region,
+        "zone": o.zone,
+        "instance_type": o.instance_type,
+        "accelerators": o.accelerators,
+        "backend": option.backend,
+        "spot": option.spot,
+        "usd_per_hour": round(option.price, 4),
+        "total_usd": None if option.total is None else round(option.total, 2),
+        "skipped": option.skipped,
+    }
+
+
+def _options_table(options: list[Any], hours: float | None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=None, header_style="bold")
+    for column in ("OFFERING", "BACKEND", "USD/H", "TOTAL", "NOTE"):
+        table.add_column(column, justify="right" if column in ("USD/H", "TOTAL") else "left")
+    for o in options:
+        total = "" if o.total is None else f"{o.total:,.2f}"
+        table.add_row(
+            o.describe(),
+            o.backend or "-",
+            f"{o.price:,.2f}",
+            total,
+            o.skipped or "",
+            style="dim" if o.skipped else "",
+        )
+    Console().print(table)
+
+
+# -- report --------------------------------------------------------------------------------
+
+
+def report(args: argparse.Namespace) -> int:
+    from ferry.store import open_store
+    from ferry.units import parse_duration
+
+    try:
+        period = parse_duration(args.since)
+    except ValueError as exc:
+        raise UsageError(f"--since: {exc}", "e.g. --since 7d") from None
+    now = time.time()
+    rows = open_store().spending(now - period, now)
+    groups = group_spending(rows, args.by)
+    total = sum(groups.values())
+    if args.output:
+        _chart(group_spending(rows, "day"), args.output, args.since)
+        eprint(f"ferry: wrote {args.output} ({total:,.2f} USD over {args.since})")
+        return 0
+    if args.json:
+        data = [{args.by: k, "usd": round(v, 4)} for k, v in groups.items()]
+        print(json.dumps({"since": args.since, "total_usd": round(total, 4), "by": data}))
+        return 0
+    if args.csv:
+        writer = csv.writer(sys.stdout)
+        writer.writerow([args.by, "usd"])
+        for key, value in groups.items():
+            writer.writerow([key, f"{value:.4f}"])
+        return 0
+    if not rows:
+        eprint(f"ferry: no job ran in the last {args.since}")
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=None, header_style="bold", show_footer=True)
+    table.add_column(args.by.upper(), footer="total")
+    table.add_column("USD", justify="right", footer=f"{total:,.2f}")
+    for key, value in groups.items():
+        table.add_row(key, f"{value:,.2f}")
+    Console().print(table)
+    return 0
+
+
+def group_spending(rows: list[Any], by: str) -> dict[str, float]:
+    """USD per group, largest first (by day: in date order, each attempt on the day it
+    started)."""
+    out: dict[str, float] = {}
+    for s in rows:
+        if by == "job":
+            key = s.job_id
+        elif by == "backend":
+            key = s.backend
+        elif by == "accelerator":
+            key = s.accelerator or "CPU only"
+        else:
+            key = datetime.date.fromtimestamp(s.started_at).isoformat()
+        out[key] = out.get(key, 0.0) + s.cost
+    if by == "day":
+        return dict(sorted(out.items()))
+    return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _chart(per_day: dict[str, float], path: str, since: str) -> None:
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise BackendNotInstalled("charts need matplotlib", "pip install 'ferry[plot]'") from None
+    figure = Figure(figsize=(8, 3.5), dpi=100)
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    days = list(per_day)
+    axes.bar(range(len(days)), list(per_day.values()), color="#3b7dd8")
+    axes.set_xticks(range(len(days)), days, rotation=45, ha="right", fontsize=8)
+    axes.set_ylabel("USD")
+    axes.set_title(f"Spend per day (last {since}; total {sum(per_day.values()):,.2f} USD)")
+    figure.tight_layout()
+    try:
+        figure.savefig(path)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror}", "choose another path") from None
