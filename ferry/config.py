@@ -51,7 +51,7 @@ def _positive_float(value: str) -> float:
         number = float(value)
     except ValueError:
         raise ValueError(f"expected a number, not {value!r}") from None
-    if not number > 0:
+    if not 0 < number < float("inf"):
         raise ValueError(f"expected a number above 0, not {value!r}")
     return number
 

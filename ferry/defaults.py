@@ -43,3 +43,11 @@ START_TIMEOUT = 60.0
 # Admission looks at this many of the oldest queued jobs per pass: enough to fill any
 # machine, and it keeps each pass cheap when thousands of jobs wait.
 ADMISSION_WINDOW = 64
+
+# A supervisor looks at the month's spending this often (seconds) when the monthly budget is
+# hard: one query over the month's attempts, cheap at this pace.
+BUDGET_POLL = 10.0
+
+# An offering a backend reported without capacity or quota is passed over this long (seconds):
+# long enough not to hammer a full zone, short enough to try again within the hour.
+BLOCK_FOR = 30 * 60.0

@@ -25,6 +25,7 @@ class Quote:
     option: Option | None
     hours: float | None
     hours_from: str  # "--hours", "est_runtime", "median of 5 earlier runs", or ""
+    doubt: str | None = None  # why the chosen offering's price is doubtful, if it is
 
     @property
     def price(self) -> float:
@@ -44,6 +45,8 @@ class Quote:
         if self.option is None:
             return self.plan.why_none()
         text = f"{self.option.describe()} · {self.price:,.2f} USD/h"
+        if self.doubt:
+            text += f" ({self.doubt})"
         if self.total is not None and self.hours is not None:
             source = f" ({self.hours_from})" if self.hours_from else ""
             text += f" · ~{self.total:,.2f} USD for {format_duration(self.hours * 3600)}{source}"
@@ -60,14 +63,17 @@ def runtime_estimate(
         return hours, "--hours"
     if spec.est_runtime:
         return spec.est_runtime / 3600, "est_runtime"
-    if store is None or not spec.name:
+    if store is None or not (spec.name or spec.command):
         return None, ""
+    from ferry.controller.jobs import derive_name
     from ferry.status import JobStatus
+
+    name = spec.name or derive_name(spec.command or ())
 
     runs = [
         job.ended_at - job.started_at
         for job in store.list_jobs([JobStatus.SUCCEEDED], limit=JOBS_LOOKED_AT)
-        if job.name == spec.name and job.started_at and job.ended_at
+        if job.name == name and job.started_at and job.ended_at
     ][:RUNS_LOOKED_AT]
     if not runs:
         return None, ""
@@ -94,4 +100,9 @@ def quote(
 
             local = local_offering()
             found.options = [Option(local, "local", False, (local.price or 0.0) * request.nodes)]
-    return Quote(found, found.best, estimate, source)
+    doubt = None
+    if found.best is not None and found.best.offering.provider != "local":
+        from ferry.catalog.offerings import load_catalog
+
+        doubt = load_catalog().doubt(found.best.offering)
+    return Quote(found, found.best, estimate, source, doubt)

@@ -38,6 +38,7 @@ COLUMNS = (
 _DATA = Path(__file__).parent / "data"
 _PLACEHOLDER_FACTOR = 4.0  # a price per accelerator this many times its kind's median
 _MEDIAN_OF = 3  # rows needed for a median to judge by
+_DOUBT_FACTOR = 0.5  # a price under this share of its type's median elsewhere is doubtful
 _PLACEHOLDER_SIZES = 3  # ... and the same figure quoted for this many different sizes
 
 
@@ -91,7 +92,15 @@ class Catalog:
     offerings: list[Offering]
     dates: dict[str, datetime.date]  # provider -> date its prices were taken
     sources: dict[str, str]  # provider -> "shipped" or the refreshed file
-    flagged: list[Flagged] = field(default_factory=list)
+    flagged: list[Flagged] = field(default_factory=list)  # not used
+    doubtful: list[Flagged] = field(default_factory=list)  # used, but worth a second look
+
+    def doubt(self, offering: Offering) -> str | None:
+        """Why ``offering``'s price is doubtful, if it is."""
+        for item in self.doubtful:
+            if item.offering == offering:
+                return item.reason
+        return None
 
     @property
     def oldest(self) -> datetime.date:
@@ -234,6 +243,33 @@ def screen(offerings: Iterable[Offering]) -> tuple[list[Offering], list[Flagged]
     return kept, flagged
 
 
+def doubts(offerings: Iterable[Offering]) -> list[Flagged]:
+    """Prices used but doubtful: an on-demand price under half the median of the same
+    machine type in the provider's other regions (a source's SKU mix-up, perhaps; the
+    snapshot's SOURCES.md lists such cases)."""
+    import statistics
+
+    by_type: dict[tuple[str, str], list[Offering]] = {}
+    for o in offerings:
+        if o.price is not None:
+            by_type.setdefault((o.provider, o.instance_type), []).append(o)
+    out = []
+    for rows in by_type.values():
+        if len(rows) < _MEDIAN_OF:
+            continue
+        median = statistics.median(o.price or 0.0 for o in rows)
+        for o in rows:
+            if (o.price or 0.0) < _DOUBT_FACTOR * median:
+                out.append(
+                    Flagged(
+                        o,
+                        f"doubtful on-demand price {o.price:g}: under half the median "
+                        f"{median:g} of {o.instance_type} in other regions",
+                    )
+                )
+    return out
+
+
 def read_csv(path: Path) -> list[Offering]:
     """The offerings of one CSV file with :data:`COLUMNS`."""
     with open(path, newline="") as file:
@@ -267,6 +303,15 @@ def write_csv(offerings: Iterable[Offering], path: Path) -> None:
     os.replace(tmp, path)
 
 
+def _refreshed(meta_path: Path) -> dict[str, dict[str, object]]:
+    """The providers ``meta.json`` lists, or none when it cannot be read."""
+    try:
+        providers = json.loads(meta_path.read_text()).get("providers", {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return providers if isinstance(providers, dict) else {}
+
+
 _cache: dict[tuple[str, float], Catalog] = {}
 
 
@@ -286,19 +331,18 @@ def load_catalog() -> Catalog:
     dates = {p: SHIPPED_DATE for p in {o.provider for o in shipped}}
     sources = dict.fromkeys(dates, "shipped")
     rows = shipped
-    if stamp:
-        meta = json.loads(meta_path.read_text())
-        for provider, info in sorted(meta.get("providers", {}).items()):
+    for provider, info in sorted(_refreshed(meta_path).items() if stamp else ()):
+        try:
             path = folder / str(info["file"])
-            try:
-                fresh = read_csv(path)
-            except (OSError, ValueError):
-                continue  # a damaged refresh: the shipped prices stay in use
-            rows = [o for o in rows if o.provider != provider] + fresh
-            dates[provider] = datetime.date.fromisoformat(str(info["date"]))
-            sources[provider] = str(path)
+            fresh = read_csv(path)
+            date = datetime.date.fromisoformat(str(info["date"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # a damaged refresh: the shipped prices stay in use
+        rows = [o for o in rows if o.provider != provider] + fresh
+        dates[provider] = date
+        sources[provider] = str(path)
     kept, flagged = screen(rows)
-    catalog = Catalog(kept, dates, sources, flagged)
+    catalog = Catalog(kept, dates, sources, flagged, doubts(kept))
     _cache[key] = catalog
     return catalog
 
@@ -319,11 +363,17 @@ def select(
     """
     from ferry.accelerators import GPUS, parse_accelerator
 
+    offerings = list(offerings)
     wanted = parse_accelerator(accelerator) if accelerator else None
     exact_count = wanted is not None and (":" in (accelerator or "") or wanted.is_tpu)
+    machine = (accelerator or "").strip().lower().removeprefix("ml.")
+    if not any(o.instance_type.lower() == machine for o in offerings):
+        machine = ""  # an accelerator, not a machine type
     providers, regions = set(providers), set(regions)
     out = []
     for o in offerings:
+        if machine and o.instance_type.lower() != machine:
+            continue
         if wanted is not None:
             if o.accelerator != wanted.name:
                 continue

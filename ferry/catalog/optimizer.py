@@ -15,8 +15,9 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ferry.catalog.offerings import Catalog, Offering, load_catalog, refreshed_dir
@@ -32,7 +33,6 @@ BACKEND_OF: dict[str, str | None] = {
     "azure": "azure",
     "lambda": None,
 }
-BLOCK_FOR = 30 * 60.0  # seconds an offering without capacity or quota is passed over
 _GIB = 1024**3
 
 
@@ -256,15 +256,19 @@ def _unusable(
     now: float,
 ) -> str | None:
     if option.offering.provider == "local":
+        if request.spot:
+            return "this machine is not spot capacity"
+        if request.providers:
+            return f"resources.providers asks for {', '.join(request.providers)}"
         if request.nodes > 1:
             return "the local backend runs one node"
         if request.accelerator is not None and request.accelerator.is_tpu:
             return "this machine has no TPUs"
         return None
     if option.backend is None:
-        return f"Ferry has no backend for {option.offering.provider} yet"
+        return f"no backend for {option.offering.provider} yet"
     if option.backend not in available:
-        return f"needs the {option.backend} backend, which this Ferry does not have yet"
+        return f"needs the {option.backend} backend (not in this Ferry yet)"
     block = blocked.get(option.key)
     if block and block[0] > now:
         until = time.strftime("%H:%M", time.localtime(block[0]))
@@ -275,7 +279,7 @@ def _unusable(
 # -- offerings a backend could not start (no capacity, no quota) ---------------------------
 
 
-def _blocked_path() -> os.PathLike[str]:
+def _blocked_path() -> Path:
     return refreshed_dir() / "blocked.json"
 
 
@@ -294,18 +298,16 @@ def blocked_offerings(now: float | None = None) -> dict[str, tuple[float, str]]:
         return {}
 
 
-def block(option: Option, reason: str, seconds: float = BLOCK_FOR) -> None:
-    """Pass over ``option`` for ``seconds``: a backend reported no capacity or no quota
-    there. The next plan tries the next offering."""
-    path = refreshed_dir() / "blocked.json"
+def block(option: Option, reason: str, seconds: float | None = None) -> None:
+    """Pass over ``option`` for ``seconds`` (default ``defaults.BLOCK_FOR``): a backend
+    reported no capacity or no quota there. The next plan tries the next offering."""
+    from ferry import defaults
+
+    seconds = defaults.BLOCK_FOR if seconds is None else seconds
+    path = _blocked_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     entries = blocked_offerings()
     entries[option.key] = (time.time() + seconds, reason)
     tmp = path.with_name(f".blocked.{os.getpid()}.tmp")
     tmp.write_text(json.dumps({k: list(v) for k, v in entries.items()}))
     os.replace(tmp, path)
-
-
-def alternatives(plan_: Plan, count: int = 3) -> Sequence[Option]:
-    """The next usable options after the best one, for the printed plan."""
-    return plan_.options[1 : 1 + count]

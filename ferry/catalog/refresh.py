@@ -169,9 +169,7 @@ def _refresh_one(
     if cls.needs_api_key and not api_key:
         return ProviderResult(provider, ProviderStatus.SKIPPED, previous, skipped=_GCP_KEY)
 
-    def failed(error: str) -> ProviderResult:
-        if progress is not None:
-            progress(f"{provider}: not refreshed: {error}")
+    def failed(error: str) -> ProviderResult:  # the summary says why; not the progress too
         return ProviderResult(
             provider,
             ProviderStatus.FAILED,
@@ -199,8 +197,6 @@ def _refresh_one(
         _record(folder, provider, path.name, day, len(kept), len(flagged))
     except OSError as exc:
         return failed(f"could not store the prices in {folder}: {exc.strerror or exc}")
-    if progress is not None:
-        progress(f"{provider}: {len(kept)} offerings stored, {len(flagged)} prices flagged")
     return ProviderResult(
         provider,
         ProviderStatus.REFRESHED,

@@ -35,6 +35,13 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(message, f"see: {self.prog} --help")
 
 
+def whole_number(text: str) -> int:
+    """A whole number of 0 or more (an argparse type)."""
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number of 0 or more, not {text!r}")
+    return int(text)
+
+
 def add_command(
     subparsers: Any, name: str, *, help: str, description: str, example: str
 ) -> argparse.ArgumentParser:

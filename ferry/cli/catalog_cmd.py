@@ -9,7 +9,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from ferry.cli._common import add_command, eprint
+from ferry.cli._common import add_command, eprint, whole_number
 from ferry.errors import UsageError
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--region", action="append", default=[], help="e.g. us-central1")
     p.add_argument("--spot", action="store_true", help="spot offerings, by spot price")
     p.add_argument("--min-gpu-memory", metavar="SIZE", help="memory per accelerator, e.g. 40GB")
-    p.add_argument("--limit", type=int, help=f"rows to show (default {SHOWN}; 0: all)")
+    p.add_argument("--limit", type=whole_number, help=f"rows to show (default {SHOWN}; 0: all)")
     p.add_argument("--flagged", action="store_true", help="list prices flagged as anomalies")
     p.add_argument("--json", action="store_true", help="print JSON for scripts")
     p.set_defaults(handler=catalog)
@@ -99,7 +99,7 @@ def catalog(args: argparse.Namespace) -> int:
                 {
                     "prices_of": data.oldest.isoformat(),
                     "age_days": data.age_days(),
-                    "offerings": [_as_json(o) for o in rows],
+                    "offerings": [_as_json(o, data.doubt(o)) for o in rows],
                 },
                 indent=1,
             )
@@ -111,14 +111,17 @@ def catalog(args: argparse.Namespace) -> int:
         return 0
     limit = args.limit if args.limit is not None else (SHOWN if sys.stdout.isatty() else 0)
     shown = rows[:limit] if limit else rows
-    _table(shown, args.spot)
+    _table(shown, args.spot, data)
+    if any(data.doubt(o) for o in shown):
+        eprint("ferry: * a doubtful price, used all the same (see: ferry catalog --flagged)")
     if len(shown) < len(rows):
         eprint(f"ferry: {len(rows) - len(shown)} more (--limit 0 shows all)")
     return 0
 
 
-def _as_json(o: Any) -> dict[str, Any]:
+def _as_json(o: Any, doubt: str | None = None) -> dict[str, Any]:
     return {
+        "doubtful": doubt,
         "provider": o.provider,
         "region": o.region,
         "zone": o.zone,
@@ -137,7 +140,7 @@ def _money(value: float | None) -> str:
     return "-" if value is None else f"{value:,.2f}"
 
 
-def _table(rows: list[Any], spot: bool) -> None:
+def _table(rows: list[Any], spot: bool, data: Any) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -157,22 +160,27 @@ def _table(rows: list[Any], spot: bool) -> None:
             "" if o.accelerator_memory_gib is None else f"{o.accelerator_memory_gib:g}G",
             "" if o.vcpus is None else f"{o.vcpus:g}",
             "" if o.memory_gib is None else f"{o.memory_gib:g}G",
-            _money(o.price),
+            _money(o.price) + ("*" if data.doubt(o) else ""),
             _money(o.spot_price),
         )
     Console(width=None if sys.stdout.isatty() else 160).print(table)
 
 
 def _flagged(data: Any, as_json: bool) -> int:
+    items = [(f, False) for f in data.flagged] + [(f, True) for f in data.doubtful]
     if as_json:
-        print(json.dumps([{**_as_json(f.offering), "reason": f.reason} for f in data.flagged]))
+        print(
+            json.dumps(
+                [{**_as_json(f.offering), "reason": f.reason, "used": used} for f, used in items]
+            )
+        )
         return 0
-    if not data.flagged:
+    if not items:
         eprint(f"ferry: no prices flagged ({data.describe_age()})")
         return 0
-    for f in data.flagged:
-        o = f.offering
-        print(f"{o.provider} {o.location} {o.instance_type}: {f.reason}")
+    for f, used in items:
+        o, note = f.offering, "" if used else " (not used)"
+        print(f"{o.provider} {o.location} {o.instance_type}: {f.reason}{note}")
     return 0
 
 

@@ -11,7 +11,7 @@ import sys
 import time
 from typing import Any
 
-from ferry.cli._common import add_command, eprint
+from ferry.cli._common import add_command, eprint, whole_number
 from ferry.errors import BackendNotInstalled, UsageError
 
 ESTIMATE_EXAMPLE = """\
@@ -55,7 +55,7 @@ def register(subparsers: Any) -> None:
         "--spot", action=argparse.BooleanOptionalAction, default=None, help="spot capacity"
     )
     e.add_argument("--nodes", type=int, help="number of nodes")
-    e.add_argument("--top", type=int, default=5, help="options to list (default 5)")
+    e.add_argument("--top", type=whole_number, default=5, help="options to list (default 5)")
     e.add_argument("--json", action="store_true", help="print JSON for scripts")
     e.set_defaults(handler=estimate)
     r = add_command(
@@ -97,11 +97,11 @@ def estimate(args: argparse.Namespace) -> int:
         )
     spec = load_spec(args.spec, overrides)
     backend = args.backend or spec.backend or "auto"
-    if args.hours is not None and not args.hours > 0:
-        raise UsageError(f"--hours must be above 0, not {args.hours:g}")
+    if args.hours is not None and not 0 < args.hours < float("inf"):
+        raise UsageError(f"--hours must be a number of hours above 0, not {args.hours:g}")
     found = quote(spec, backend=backend, store=open_store(), hours=args.hours)
-    options = found.plan.options[: args.top]
-    skipped = found.plan.skipped[: args.top]
+    options = _distinct(found.plan.options)[: args.top]
+    skipped = _distinct(found.plan.skipped)[: args.top]
     if args.json:
         print(
             json.dumps(
@@ -116,16 +116,26 @@ def estimate(args: argparse.Namespace) -> int:
                 indent=1,
             )
         )
-        return 0 if found.option else 1
+        return 0 if options or skipped else 1
     from ferry.catalog.offerings import load_catalog
 
     eprint(f"ferry: {load_catalog().describe_age()}")
     print(f"{found.plan.request.describe()}: {found.line()}")
     if options or skipped:
         _options_table(options + skipped, found.hours)
-    if found.option is None:
-        return 1
-    return 0
+    return 0 if options or skipped else 1  # priced, even where it cannot run yet
+
+
+def _distinct(options: list[Any]) -> list[Any]:
+    """The cheapest region of each machine type (the list is cheapest first)."""
+    seen: set[tuple[str, str, bool]] = set()
+    out = []
+    for o in options:
+        key = (o.offering.provider, o.offering.instance_type, o.spot)
+        if key not in seen:
+            seen.add(key)
+            out.append(o)
+    return out
 
 
 def _option_json(option: Any) -> dict[str, Any]:
@@ -177,10 +187,10 @@ def report(args: argparse.Namespace) -> int:
         raise UsageError(f"--since: {exc}", "e.g. --since 7d") from None
     now = time.time()
     rows = open_store().spending(now - period, now)
-    groups = group_spending(rows, args.by)
+    groups = group_spending(rows, args.by, now - period, now)
     total = sum(groups.values())
     if args.output:
-        _chart(group_spending(rows, "day"), args.output, args.since)
+        _chart(group_spending(rows, "day", now - period, now), args.output, args.since)
         eprint(f"ferry: wrote {args.output} ({total:,.2f} USD over {args.since})")
         return 0
     if args.json:
@@ -208,23 +218,42 @@ def report(args: argparse.Namespace) -> int:
     return 0
 
 
-def group_spending(rows: list[Any], by: str) -> dict[str, float]:
-    """USD per group, largest first (by day: in date order, each attempt on the day it
-    started)."""
+def group_spending(rows: list[Any], by: str, since: float, until: float) -> dict[str, float]:
+    """USD per group, largest first; by day, in date order, each attempt's cost shared among
+    the days it ran on (within ``since``..``until``)."""
     out: dict[str, float] = {}
     for s in rows:
+        if by == "day":
+            for day, share in _days(s, since, until):
+                out[day] = out.get(day, 0.0) + share
+            continue
         if by == "job":
             key = s.job_id
         elif by == "backend":
             key = s.backend
-        elif by == "accelerator":
-            key = s.accelerator or "CPU only"
         else:
-            key = datetime.date.fromtimestamp(s.started_at).isoformat()
+            key = s.accelerator or "CPU only"
         out[key] = out.get(key, 0.0) + s.cost
     if by == "day":
         return dict(sorted(out.items()))
     return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _days(spend: Any, since: float, until: float) -> list[tuple[str, float]]:
+    """(local date, USD) for each day an attempt ran on within the window."""
+    start = max(spend.started_at, since)
+    end = min(spend.ended_at if spend.ended_at is not None else until, until)
+    if end <= start:
+        return [(datetime.date.fromtimestamp(start).isoformat(), spend.cost)]
+    parts = []
+    t = start
+    while t < end:
+        day = datetime.date.fromtimestamp(t)
+        midnight = datetime.datetime.combine(day + datetime.timedelta(days=1), datetime.time())
+        step_end = min(end, midnight.timestamp())
+        parts.append((day.isoformat(), spend.cost * (step_end - t) / (end - start)))
+        t = step_end
+    return parts
 
 
 def _chart(per_day: dict[str, float], path: str, since: str) -> None:

@@ -300,7 +300,10 @@ def _price_check(spec: Any, store: Any, yes: bool) -> None:
         if config.get("cost.when_not_interactive") == "refuse":
             raise UsageError(f"not launched: {above}", "pass --yes to launch it")
         return
-    answer = input(f"ferry: {above}; launch it? [y/N] ").strip().lower()
+    try:
+        answer = input(f"ferry: {above}; launch it? [y/N] ").strip().lower()
+    except EOFError:
+        answer = ""
     if answer not in ("y", "yes"):
         raise UsageError("not launched", "pass --yes to launch without asking")
 

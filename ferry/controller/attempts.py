@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ferry import config, defaults
 from ferry.contract.env import env_key
-from ferry.controller.budget import CostCap, cost_cap
+from ferry.controller.budget import CostCap, attempts_so_far_cost, cost_cap
 from ferry.controller.jobs import (
     _S,
     _finish_job,
@@ -230,12 +231,18 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
             return True
         if job.status.is_terminal():  # declared lost while this supervisor was starting
             return False
+        price = float(config.get("local.price_hour"))
+        max_cost = limits.get("max_cost")
+        if max_cost and attempts_so_far_cost(store, job_id) + price * grace / 3600 >= max_cost:
+            reason = f"budget reached: {max_cost:.2f} USD"  # spent by the earlier attempts
+            _finish_job(store, job_id, _S.FAILED, reason)
+            return True
         attempt = store.add_attempt(
             job_id,
             backend="local",
             host=hostname(),
             log_dir=job.job_dir,
-            price=float(config.get("local.price_hour")),
+            price=price,
             offering="local",
             **me,
         )
@@ -332,7 +339,6 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
             if job.status.is_terminal():  # or finished elsewhere (declared lost): stop now
                 _abandon(store, job_id, attempt.number, running)
                 return False
-        max_cost = limits.get("max_cost")
         cap = cost_cap(max_cost, store.attempts(job_id) if max_cost else [], attempt)
         outcome, code = _watch(
             store, job, running, control, grace, max_runtime, sync, observer, preempt_every, cap
@@ -666,8 +672,6 @@ def _watch(
     (``limits.max_cost``), a spent monthly budget with ``budget.hard``, or SIGTERM."""
     import random
 
-    from ferry.controller.budget import monthly
-
     deadline = (job.started_at or time.time()) + max_runtime if max_runtime else None
     preempt_at = (
         time.monotonic() + preempt_every * random.uniform(0.5, 1.5) if preempt_every else None
@@ -678,89 +682,142 @@ def _watch(
     sample_every = float(config.get("telemetry.interval"))
     stopping: str | None = None
     stop_sent = 0.0
-    hard_budget = (
-        cap is not None
-        and cap.price > 0
-        and config.get("budget.monthly") is not None
-        and bool(config.get("budget.hard"))
-    )
     last_budget = time.monotonic()
-    while True:
-        now_wall = time.time()
-        waits = [defaults.HEARTBEAT_INTERVAL, defaults.CONTROL_POLL]
-        if deadline and not stopping:
-            waits.append(max(0.0, deadline - now_wall))
-        if stopping:
-            waits.append(max(0.0, stop_sent + grace - time.monotonic()))
-        code = running.wait(min(waits))
-        if code is not None:
-            return (stopping or "exited"), code
-        mono = time.monotonic()
-        if mono - last_sample >= sample_every:  # short jobs never pay for a sampler
-            last_sample = mono
-            observer.sample(running.pid)
-        saved = _mtime(sync.local / "checkpoints") if sync.remote else 0
-        if sync.remote and (mono - last_sync >= sync_every or saved != last_saved):
-            last_sync, last_saved = mono, saved  # a new checkpoint goes up at once
-            try:  # checkpoints reach the bucket while the job runs
-                sync.sync()
-            except Exception as exc:
-                store.add_event(job.id, f"syncing outputs to {sync.target.uri} failed: {exc}")
-        if mono - last_beat >= defaults.HEARTBEAT_INTERVAL:
-            store.update_job(job.id, heartbeat_at=time.time())
-            last_beat = mono
-            # metrics reach the store every heartbeat while the job runs; printed ones too,
-            # unless the script reports through runtime.report
-            observer.read()
-            alerted = observer.check()
-        else:
-            alerted = None
-        if stopping is None:
-            if alerted:
-                stopping = "alert"
-            elif control.terminated:
-                stopping = "stopped"
-            elif deadline and time.time() >= deadline:
-                stopping = "timeout"
-            elif cap is not None and cap.reached(time.time(), sample_every):
-                stopping = "budget"
-            elif hard_budget and mono - last_budget >= BUDGET_POLL:
-                last_budget = mono
-                if monthly(store).exhausted:
-                    stopping = "monthly"
-            elif preempt_at is not None and mono >= preempt_at:
-                stopping, observer.preempted_by = "preempted", "simulate.preempt_every"
-            elif mono - last_control >= defaults.CONTROL_POLL or _woken(control):
-                last_control = mono
-                now_job = store.get_job(job.id)
-                status = now_job.status
-                asked = take_preempt_request(job)
-                if status is _S.CANCELLING:
-                    stopping = "cancelled"
-                elif status.is_terminal() or (now_job.supervisor_pid, now_job.supervisor_host) != (
-                    os.getpid(),
-                    hostname(),
-                ):  # declared lost meanwhile (and perhaps resumed elsewhere): not ours any more
-                    return "abandoned", -signal.SIGKILL
-                elif asked:
-                    stopping, observer.preempted_by = "preempted", asked
+    # the cap holds even if the script takes the whole grace period to end
+    lookahead = sample_every + grace
+    live = _LiveSync(sync)
+    try:
+        while True:
+            now_wall = time.time()
+            waits = [defaults.HEARTBEAT_INTERVAL, defaults.CONTROL_POLL]
+            if deadline and not stopping:
+                waits.append(max(0.0, deadline - now_wall))
             if stopping:
-                what = (
-                    f"preemption notice ({observer.preempted_by})"
-                    if stopping == "preempted"
-                    else f"{cap.reason()}, stopping the attempt"
-                    if stopping == "budget" and cap is not None
-                    else f"stopping the attempt ({stopping})"
-                )
-                store.add_event(job.id, f"{what}: SIGTERM, then SIGKILL after {grace:g}s")
-                running.stop()
-                stop_sent = mono
-        elif mono - stop_sent >= grace:
-            running.kill()
+                waits.append(max(0.0, stop_sent + grace - time.monotonic()))
+            code = running.wait(min(waits))
+            if code is not None:
+                return (stopping or "exited"), code
+            mono = time.monotonic()
+            if mono - last_sample >= sample_every:  # short jobs never pay for a sampler
+                last_sample = mono
+                observer.sample(running.pid)
+            saved = _mtime(sync.local / "checkpoints") if sync.remote else 0
+            if (
+                sync.remote
+                and not live.busy()
+                and (mono - last_sync >= sync_every or saved != last_saved)
+            ):
+                last_sync, last_saved = mono, saved  # a new checkpoint goes up at once
+                live.start()  # checkpoints reach the bucket while the job runs
+            for failure in live.failures():
+                store.add_event(job.id, failure)
+            if mono - last_beat >= defaults.HEARTBEAT_INTERVAL:
+                store.update_job(job.id, heartbeat_at=time.time())
+                last_beat = mono
+                # metrics reach the store every heartbeat while the job runs; printed ones too,
+                # unless the script reports through runtime.report
+                observer.read()
+                alerted = observer.check()
+            else:
+                alerted = None
+            if stopping is None:
+                if alerted:
+                    stopping = "alert"
+                elif control.terminated:
+                    stopping = "stopped"
+                elif deadline and time.time() >= deadline:
+                    stopping = "timeout"
+                elif cap is not None and cap.reached(time.time(), lookahead):
+                    stopping = "budget"
+                elif cap and cap.price > 0 and mono - last_budget >= defaults.BUDGET_POLL:
+                    last_budget = mono  # a budget set while the job runs counts too
+                    if _hard_budget_spent(store):
+                        stopping = "monthly"
+                elif preempt_at is not None and mono >= preempt_at:
+                    stopping, observer.preempted_by = "preempted", "simulate.preempt_every"
+                elif mono - last_control >= defaults.CONTROL_POLL or _woken(control):
+                    last_control = mono
+                    now_job = store.get_job(job.id)
+                    status = now_job.status
+                    asked = take_preempt_request(job)
+                    if status is _S.CANCELLING:
+                        stopping = "cancelled"
+                    elif status.is_terminal() or (
+                        now_job.supervisor_pid,
+                        now_job.supervisor_host,
+                    ) != (
+                        os.getpid(),
+                        hostname(),
+                    ):  # declared lost meanwhile (and perhaps resumed elsewhere): not ours any more
+                        return "abandoned", -signal.SIGKILL
+                    elif asked:
+                        stopping, observer.preempted_by = "preempted", asked
+                if stopping:
+                    what = (
+                        f"preemption notice ({observer.preempted_by})"
+                        if stopping == "preempted"
+                        else f"{cap.reason()}, stopping the attempt"
+                        if stopping == "budget" and cap is not None
+                        else f"stopping the attempt ({stopping})"
+                    )
+                    store.add_event(job.id, f"{what}: SIGTERM, then SIGKILL after {grace:g}s")
+                    running.stop()
+                    stop_sent = mono
+            elif mono - stop_sent >= grace:
+                running.kill()
+
+    finally:  # the attempt's last sync comes after this one
+        live.finish()
+        for failure in live.failures():
+            store.add_event(job.id, failure)
+
+
+class _LiveSync:
+    """Sends outputs to the bucket on a helper thread, one sync at a time: a checkpoint of
+    gigabytes going up never delays a cancel, a preemption notice or the heartbeat."""
+
+    def __init__(self, sync: OutputSync) -> None:
+        self.sync = sync
+        self.thread: threading.Thread | None = None
+        self._failed: list[str] = []
+
+    def busy(self) -> bool:
+        """Whether a sync is under way."""
+        return self.thread is not None and self.thread.is_alive()
+
+    def start(self) -> None:
+        """Start a sync of what changed."""
+
+        def run() -> None:
+            try:
+                self.sync.sync()
+            except Exception as exc:
+                self._failed.append(f"syncing outputs to {self.sync.target.uri} failed: {exc}")
+
+        self.thread = threading.Thread(target=run, name="ferry-live-sync", daemon=True)
+        self.thread.start()
+
+    def finish(self) -> None:
+        """Wait for the sync under way, if any."""
+        if self.thread is not None:
+            self.thread.join()
+
+    def failures(self) -> list[str]:
+        """What went wrong since the last call (events to record)."""
+        taken, self._failed = self._failed, []
+        return taken
 
 
 MAX_CODE_RETRIES = 100  # retries.on_exit_codes are not counted, but not endless either
-BUDGET_POLL = 10.0  # seconds between looks at the month's spending (budget.hard)
+
+
+def _hard_budget_spent(store: Store) -> bool:
+    """Whether a hard monthly budget is set and spent (running jobs stop then)."""
+    from ferry.controller.budget import monthly
+
+    if config.get("budget.monthly") is None or not config.get("budget.hard"):
+        return False
+    return monthly(store).exhausted
 
 
 def _shell_code(code: int) -> int:

@@ -2,10 +2,13 @@
 (``ferry budget set --monthly 500 [--hard]``).
 
 A job is stopped through the preemption path (SIGTERM, the grace period, then SIGKILL: the
-script can save) once its accrued cost plus the next sampling interval would pass its
-``max_cost``. Once the month's spending reaches the monthly budget, new submissions are
-refused; with ``--hard``, running jobs are stopped too. Spending is the attempts' prices
-(recorded at launch) over the time they ran, preempted attempts included.
+script can save) once its accrued cost plus the next sampling interval and the grace period
+would pass its ``max_cost``: it never costs more, even if the script takes the whole grace
+to end. An attempt is not launched once the earlier ones have spent the cap.
+
+Once the month's spending reaches the monthly budget, new submissions are refused; with
+``--hard``, running jobs are stopped too. Spending is the attempts' prices (recorded at
+launch) over the time they ran, preempted attempts included.
 """
 
 from __future__ import annotations
@@ -107,6 +110,12 @@ class CostCap:
     def reason(self) -> str:
         """The failure reason a person reads."""
         return f"budget reached: {self.max_cost or 0:.2f} USD"
+
+
+def attempts_so_far_cost(store: Store, job_id: str) -> float:
+    """USD a job's attempts have cost so far."""
+    now = time.time()
+    return sum(a.cost_at(now) for a in store.attempts(job_id))
 
 
 def cost_cap(max_cost: float | None, earlier: list[Attempt], attempt: Attempt) -> CostCap:

@@ -403,11 +403,14 @@ def _lost_attempt(store: Store, job: Job, last: Attempt | None) -> None:
     """Stop what the lost supervisor's attempt left running and record it as lost."""
     _kill_orphans(job, last.handle if last else None)
     if last and not last.status.is_terminal():
+        # it is billed up to the last sign of life, not up to when someone noticed
+        now = time.time()
+        alive = max(last.started_at, job.heartbeat_at or now) + defaults.HEARTBEAT_INTERVAL
         store.update_attempt(
             job.id,
             last.number,
             status=AttemptStatus.LOST,
-            ended_at=time.time(),
+            ended_at=min(now, alive),
             reason="supervisor lost",
         )
 

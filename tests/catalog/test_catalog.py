@@ -182,9 +182,53 @@ def test_the_catalog_command(home: Path) -> None:
     table = ferry("catalog", "--accelerator", "tpu-v5e-8", "--limit", "2")
     assert table.returncode == 0 and "tpu-v5litepod-8" in table.stdout
     assert "prices of 2026-12-02" in table.stderr and "more (--limit 0 shows all)" in table.stderr
-    assert ferry_json("catalog", "--flagged") == []
+    flagged = ferry_json("catalog", "--flagged")  # SOURCES.md's doubt: GCP H100, us-central1
+    assert {(f["instance_type"], f["region"], f["used"]) for f in flagged} == {
+        (f"a3-highgpu-{n}g", "us-central1", True) for n in (1, 2, 4, 8)
+    }
+    assert all(f["reason"].startswith("doubtful on-demand price") for f in flagged)
+    doubted = ferry("catalog", "-a", "a3-highgpu-8g")  # a machine type: that type only
+    assert "43.07*" in doubted.stdout and "a doubtful price, used all the same" in doubted.stderr
+    assert {
+        o["instance_type"] for o in ferry_json("catalog", "-a", "ml.p4d.24xlarge")["offerings"]
+    } == {"p4d.24xlarge"}
+    (home / "catalog").mkdir(parents=True, exist_ok=True)
+    (home / "catalog" / "meta.json").write_text("{broken")  # a damaged refresh: shipped prices
+    assert ferry_json("catalog", "-a", "T4")["prices_of"] == "2026-12-02"
     line = assert_one_line_error(ferry("catalog", "--accelerator", "H1OO"), 2)
     assert "unknown accelerator 'H1OO'" in line and "H100" in line
     assert_one_line_error(ferry("catalog", "--provider", "ibm"), 2)
     skipped = ferry("catalog", "refresh", "--provider", "lambda")
     assert skipped.returncode == 0 and skipped.stdout.startswith("lambda: skipped: ")
+
+
+def test_the_cost_cap_counts_the_next_interval_and_the_grace() -> None:
+    from ferry.controller.budget import CostCap, month_start
+
+    cap = CostCap(max_cost=10.0, spent_before=4.0, price=3600.0, started=1000.0)  # 1 USD/s
+    assert cap.accrued(1003.0) == pytest.approx(7.0)
+    assert not cap.reached(1003.0, lookahead=2.0)  # 9 by then
+    assert cap.reached(1003.0, lookahead=4.0)  # 11 by then: stop now
+    assert cap.reason() == "budget reached: 10.00 USD"
+    assert not CostCap(None, 0.0, 3600.0, 0.0).reached(1e9, 1.0)  # no cap
+    assert not CostCap(1.0, 0.0, 0.0, 0.0).reached(1e9, 1.0)  # free: never reached
+    first = datetime.datetime(2026, 12, 17, 15, 30).timestamp()
+    assert month_start(first) == datetime.datetime(2026, 12, 1).timestamp()
+
+
+def test_spending_by_day_shares_an_attempt_among_its_days() -> None:
+    from ferry.cli.cost_cmd import group_spending
+    from ferry.store.records import Spend
+
+    evening = datetime.datetime(2026, 11, 30, 23, 0).timestamp()
+    spans = Spend("j-1", "j", 1, "local", None, "local", 10.0, evening, evening + 7200, 20.0)
+    days = group_spending([spans], "day", evening - 86400, evening + 86400)
+    assert days == pytest.approx({"2026-11-30": 10.0, "2026-12-01": 10.0})
+    # only the part inside the window counts (the row's cost is already that part's)
+    late = Spend("j-2", "j", 1, "local", "A100:1", "x", 10.0, evening - 86400, None, 5.0)
+    inside = group_spending([late], "day", evening, evening + 1800)
+    assert inside == pytest.approx({"2026-11-30": 5.0})
+    assert group_spending([spans, late], "accelerator", 0, 1e12) == {
+        "A100:1": 5.0,
+        "CPU only": 20.0,
+    }

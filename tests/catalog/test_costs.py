@@ -29,6 +29,7 @@ SAVER = textwrap.dedent("""
 def _price(per_second: float) -> None:
     ferry("config", "set", "local.price_hour", str(per_second * 3600))
     ferry("config", "set", "telemetry.interval", "1s")
+    ferry("config", "set", "local.stop_grace", "1s")  # the cap looks ahead interval + grace
 
 
 def test_a_job_is_stopped_by_its_budget_and_can_save_first(home: Path, project: Path) -> None:
@@ -39,7 +40,7 @@ def test_a_job_is_stopped_by_its_budget_and_can_save_first(home: Path, project: 
         lambda: (s := job_status(job_id))["status"] == "FAILED" and s, 60, "the budget stop"
     )
     assert data["reason"] == "budget reached: 3.00 USD"
-    assert 1.0 <= data["cost"] <= 3.0  # stopped before the next interval would pass the cap
+    assert 0.9 <= data["cost"] <= 3.0  # stopped before interval + grace would pass the cap
     assert data["attempts"][0]["price"] == 3600.0
     assert any("budget reached: 3.00 USD, stopping the attempt" in e["message"]
                for e in data["events"])  # fmt: skip
@@ -86,8 +87,10 @@ def test_a_spent_monthly_budget_refuses_new_jobs(home: Path, project: Path) -> N
 def test_a_hard_monthly_budget_stops_running_jobs(home: Path, project: Path) -> None:
     (project / "train.py").write_text(SAVER)
     _price(1.0)
-    assert ferry("budget", "set", "--monthly", "2", "--hard").returncode == 0
     job_id = submit("--", "python", "train.py", cwd=project)
+    wait_for(lambda: "started" in ferry("logs", job_id).stdout, 30, "the job to start")
+    # set while the job runs: it is stopped at the next look at the month (BUDGET_POLL)
+    assert ferry("budget", "set", "--monthly", "2", "--hard").returncode == 0
     data = wait_for(
         lambda: (s := job_status(job_id))["status"] == "FAILED" and s, 60, "the budget stop"
     )
@@ -100,7 +103,7 @@ def test_estimate_report_and_auto_backend(home: Path, project: Path) -> None:
     spec.write_text("name: tiny\ncommand: python -c pass\nresources: {accelerator: 'H100:8'}\n")
     out = ferry("cost", "estimate", str(spec), "--hours", "10", "--json", cwd=project)
     data = json.loads(out.stdout)
-    assert out.returncode == 1 and data["choice"] is None  # no cloud backend in this Ferry
+    assert out.returncode == 0 and data["choice"] is None  # no cloud backend in this Ferry
     assert data["hours"] == 10 and data["skipped"][0]["total_usd"] > 0
     refused = ferry("run", "--backend", "auto", str(spec), cwd=project)
     line = assert_one_line_error(refused, 2)

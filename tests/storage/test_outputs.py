@@ -212,3 +212,52 @@ def test_checkpoints_reach_the_bucket_as_written_and_a_fresh_machine_gets_them(
 
     found = checkpoint.restore()
     assert found is not None and found.step == 3 and found.state == {"step": 3}
+
+
+BIG_CHECKPOINT = textwrap.dedent("""
+    import os, signal, sys, time
+    def on_notice(*_):
+        with open(os.path.join(os.environ["FERRY_TEST_TMP"], "notice"), "w") as f:
+            f.write(repr(time.time()))
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, on_notice)
+    folder = os.environ["FERRY_CHECKPOINT_DIR"]
+    with open(os.path.join(folder, ".tmp-weights"), "wb") as f:  # in place whole: renamed
+        f.write(b"w" * (384 << 20))
+    os.replace(os.path.join(folder, ".tmp-weights"), os.path.join(folder, "weights.bin"))
+    print("saved", flush=True)
+    while True:
+        time.sleep(0.05)
+""")
+
+
+def test_a_large_checkpoint_going_up_never_delays_the_notice(
+    stores: dict[str, Any], s3_endpoint: str, home: Path, project: Path, tmp_path: Path
+) -> None:
+    import time
+
+    import boto3
+
+    s3, bucket = stores["s3"], stores["bucket"]
+    client = boto3.client("s3", endpoint_url=s3_endpoint)
+    ferry("config", "set", "outputs.sync_interval", "1h")  # only the new checkpoint syncs
+    (project / "train.py").write_text(BIG_CHECKPOINT)
+    job_id = submit(
+        "--outputs", f"s3://{bucket}/runs/{{job_id}}", "--", "python", "train.py", cwd=project
+    )
+    wait_for(
+        lambda: client.list_multipart_uploads(Bucket=bucket).get("Uploads"),
+        60,
+        "the checkpoint's upload to start",
+    )
+    asked = time.time()
+    assert ferry("cancel", job_id).returncode == 0
+    notice = tmp_path / "notice"
+    got = float(wait_for(lambda: notice.exists() and notice.read_text(), 30, "the notice"))
+    # before, the notice waited for the upload (7.5 s here); now it comes at once
+    assert got - asked < 2.0, f"the notice came {got - asked:.1f}s after the cancel"
+    assert ferry("wait", job_id).returncode != 0
+    data = job_status(job_id)
+    assert data["status"] == "CANCELLED"
+    s3.invalidate_cache()  # the checkpoint went up whole all the same, before the job ended
+    assert s3.size(f"{bucket}/runs/{job_id}/checkpoints/weights.bin") == 384 << 20

@@ -133,6 +133,28 @@ class TestStoreContract:
         assert (done.status, done.exit_code) == (AttemptStatus.FAILED, 3)
         assert [a.number for a in store.attempts(job_id)] == [1, 2]
 
+    def test_spending_is_each_attempts_price_over_its_time_within_the_window(
+        self, store: Store
+    ) -> None:
+        job_id = new_job(store, resources={"accelerator": "A100:1"})
+        first = store.add_attempt(
+            job_id, backend="local", host="h", log_dir="/l", price=10.0, offering="gcp x"
+        )
+        start = first.started_at
+        store.update_attempt(job_id, 1, ended_at=start + 7200)  # two hours: 20 USD
+        assert store.attempts(job_id)[0].cost_at(start + 1e6) == pytest.approx(20.0)
+        whole = store.spending(start - 1, start + 7200)
+        assert [(s.job_id, s.attempt, s.accelerator, s.offering) for s in whole] == [
+            (job_id, 1, "A100:1", "gcp x")
+        ]
+        assert whole[0].cost == pytest.approx(20.0)
+        # a window over its second hour (a month that began meanwhile) gets half
+        assert store.spending(start + 3600, start + 7200)[0].cost == pytest.approx(10.0)
+        assert store.spending(start + 7200, start + 9000) == []  # it had ended
+        running = store.add_attempt(job_id, backend="local", host="h", log_dir="/l", price=3600.0)
+        now_cost = [s.cost for s in store.spending(start - 1) if s.attempt == running.number]
+        assert now_cost and 0 <= now_cost[0] < 60  # a running attempt, up to now
+
     def test_notes(self, store: Store) -> None:
         job_id = new_job(store)
         store.add_event(job_id, "hello")
