@@ -175,11 +175,10 @@ def test_a_killed_supervisor_is_resumed(home: Path, project: Path) -> None:
     )
     log = ferry("logs", job_id).stdout
     start = int(log.split("attempt 2 starts at step ")[1].split()[0])
-    from ferry.store import open_store
-
-    first = [r[3] for r in open_store().metrics_after(job_id, 0, 100_000) if r[1] == 1]
-    # from the last checkpoint the first attempt wrote (every 5 steps), not from scratch
-    assert start % 5 == 0 and 10 <= start <= max(first) + 1, (start, max(first))
+    # from the last checkpoint the first attempt wrote (every 5 steps), not from scratch; the
+    # orphaned script may have saved more after its supervisor died (its reports no longer
+    # reached the store), until the resume stopped it
+    assert start % 5 == 0 and 10 <= start < 50, start
     assert set(steps_of(job_id)) == set(range(50))
 
 
