@@ -125,3 +125,10 @@ def format_duration(seconds: float) -> str:
     parts = [(days, "d"), (hours, "h"), (minutes, "m"), (secs, "s")]
     shown = [f"{n}{u}" for n, u in parts if n]
     return "".join(shown[:2])
+
+
+def format_usd(amount: float) -> str:
+    """``'1,234.50'``; a non-zero amount under a cent is ``'<0.01'`` rather than ``'0.00'``."""
+    if 0 < abs(amount) < 0.005:
+        return "<0.01" if amount > 0 else ">-0.01"
+    return f"{amount:,.2f}"

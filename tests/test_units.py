@@ -299,3 +299,15 @@ def test_format_duration_parses_back_within_its_precision(seconds: int) -> None:
     # only the two largest parts are shown: the rest is under one unit of the second part
     assert back <= seconds
     assert seconds - back < 3600
+
+
+def test_format_usd_never_shows_a_cost_as_nothing() -> None:
+    from ferry.units import format_usd
+
+    assert [format_usd(x) for x in (0, 0.0002, 0.004, 0.005, 1234.5)] == [
+        "0.00",
+        "<0.01",
+        "<0.01",
+        "0.01",
+        "1,234.50",
+    ]

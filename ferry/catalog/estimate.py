@@ -40,7 +40,7 @@ class Quote:
     def line(self) -> str:
         """``'gcp a2-highgpu-1g (A100:1) in us-central1 · 3.67 USD/h · ~11.02 USD for 3h
         (est_runtime)'``."""
-        from ferry.units import format_duration
+        from ferry.units import format_duration, format_usd
 
         if self.option is None:
             return self.plan.why_none()
@@ -49,7 +49,9 @@ class Quote:
             text += f" ({self.doubt})"
         if self.total is not None and self.hours is not None:
             source = f" ({self.hours_from})" if self.hours_from else ""
-            text += f" · ~{self.total:,.2f} USD for {format_duration(self.hours * 3600)}{source}"
+            text += (
+                f" · ~{format_usd(self.total)} USD for {format_duration(self.hours * 3600)}{source}"
+            )
         return text
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from ferry.cli._common import add_command, eprint, whole_number
 from ferry.errors import BackendNotInstalled, UsageError
+from ferry.units import format_usd
 
 ESTIMATE_EXAMPLE = """\
   ferry cost estimate job.yaml
@@ -162,7 +163,7 @@ def _options_table(options: list[Any], hours: float | None) -> None:
     for column in ("OFFERING", "BACKEND", "USD/H", "TOTAL", "NOTE"):
         table.add_column(column, justify="right" if column in ("USD/H", "TOTAL") else "left")
     for o in options:
-        total = "" if o.total is None else f"{o.total:,.2f}"
+        total = "" if o.total is None else format_usd(o.total)
         table.add_row(
             o.describe(),
             o.backend or "-",
@@ -211,9 +212,9 @@ def report(args: argparse.Namespace) -> int:
 
     table = Table(box=None, header_style="bold", show_footer=True)
     table.add_column(args.by.upper(), footer="total")
-    table.add_column("USD", justify="right", footer=f"{total:,.2f}")
+    table.add_column("USD", justify="right", footer=format_usd(total))
     for key, value in groups.items():
-        table.add_row(key, f"{value:,.2f}")
+        table.add_row(key, format_usd(value))
     Console().print(table)
     return 0
 

@@ -21,6 +21,7 @@ from ferry.cli._common import (
     store_now,
 )
 from ferry.telemetry import ALERT_PREFIX, is_alert
+from ferry.units import format_usd
 
 EXAMPLE = """\
   ferry status digits-cnn-3f9a
@@ -164,7 +165,7 @@ def status(args: argparse.Namespace) -> int:
     if spent or max_cost:
         cap = f" of max_cost {max_cost:,.2f}" if max_cost else ""
         price = attempts[-1].price if attempts else 0.0
-        head.add_row("Cost", f"{spent:,.2f} USD{cap}  ({price:,.2f} USD/h)")
+        head.add_row("Cost", f"{format_usd(spent)} USD{cap}  ({price:,.2f} USD/h)")
     alerts = [e.message.removeprefix(ALERT_PREFIX) for e in events if is_alert(e.message)]
     if alerts:
         more = f" (and {len(alerts) - 1} more below)" if len(alerts) > 1 else ""
@@ -193,7 +194,7 @@ def status(args: argparse.Namespace) -> int:
                 a.reason or "",
             ]
             if spent:
-                cells.insert(-1, f"{a.cost_at(now):,.2f}")
+                cells.insert(-1, format_usd(a.cost_at(now)))
             t.add_row(*cells)
         console.print()
         console.print(t)

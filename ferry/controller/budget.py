@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from ferry import config
 from ferry.errors import FerryError
+from ferry.units import format_usd
 
 if TYPE_CHECKING:
     from ferry.store import Attempt, Store
@@ -57,7 +58,7 @@ class Monthly:
     def describe(self) -> str:
         """``'312.40 of 500.00 USD spent this month (62 %)'``."""
         if self.limit is None:
-            return f"{self.spent:,.2f} USD spent this month; no monthly budget set"
+            return f"{format_usd(self.spent)} USD spent this month; no monthly budget set"
         share = 100 * self.spent / self.limit
         hard = ", hard: running jobs stop when it is spent" if self.hard else ""
         return f"{self.spent:,.2f} of {self.limit:,.2f} USD spent this month ({share:.0f} %){hard}"
