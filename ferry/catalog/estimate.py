@@ -71,7 +71,6 @@ def runtime_estimate(
     from ferry.status import JobStatus
 
     name = spec.name or derive_name(spec.command or ())
-
     runs = [
         job.ended_at - job.started_at
         for job in store.list_jobs([JobStatus.SUCCEEDED], limit=JOBS_LOOKED_AT)
