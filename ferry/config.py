@@ -15,7 +15,7 @@ from typing import Any
 
 from ferry import defaults
 from ferry.errors import FerryError, UsageError
-from ferry.units import parse_duration, parse_size
+from ferry.units import expand_home, parse_duration, parse_size
 
 _homes: dict[str, Path] = {}
 
@@ -27,7 +27,7 @@ def ferry_home() -> Path:
     if known is not None:
         return known
     home = Path(key or Path.home() / defaults.HOME_DIRNAME)
-    home = home.expanduser().absolute()
+    home = expand_home(home).absolute()
     if not home.is_dir():
         try:
             home.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -46,12 +46,19 @@ def _nonneg_int(value: str) -> int:
     return int(value)
 
 
-def _positive_float(value: str) -> float:
+def _finite(value: str) -> float:
     try:
         number = float(value)
     except ValueError:
         raise ValueError(f"expected a number, not {value!r}") from None
-    if not 0 < number < float("inf"):
+    if number != number or number in (float("inf"), float("-inf")):
+        raise ValueError(f"expected a finite number, not {value!r}")
+    return number
+
+
+def _positive_float(value: str) -> float:
+    number = _finite(value)
+    if not number > 0:
         raise ValueError(f"expected a number above 0, not {value!r}")
     return number
 
@@ -69,11 +76,8 @@ def _text(value: str) -> str:
 
 
 def _nonneg_float(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise ValueError(f"expected a number, not {value!r}") from None
-    if not number >= 0 or number == float("inf"):
+    number = _finite(value)
+    if not number >= 0:
         raise ValueError(f"expected a number of 0 or more, not {value!r}")
     return number
 
@@ -285,7 +289,7 @@ def set_value(key: str, value: str | None) -> None:
         except ValueError as exc:
             raise UsageError(f"config {key}: {exc}") from None
         if key == "outputs_root" and "://" not in value:
-            value = str(Path(value).expanduser().absolute())  # the same from every folder
+            value = str(expand_home(value).absolute())  # the same from every folder
     import fcntl
 
     with open(config_path().with_name(".config.lock"), "a") as lock:

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ferry.accelerators import Accelerator, parse_accelerator
 from ferry.errors import SpecError
-from ferry.units import parse_duration, parse_size
+from ferry.units import expand_home, parse_duration, parse_size
 
 _NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -492,7 +492,7 @@ class JobSpec(_Model):
         from ``base``): the job may start later, in another process and folder."""
 
         def absolute(path: str) -> str:
-            return str((base / Path(path).expanduser()).absolute())
+            return str((base / expand_home(path)).absolute())
 
         inputs = {
             name: item if "://" in item.uri else item.model_copy(update={"uri": absolute(item.uri)})
@@ -648,7 +648,7 @@ def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
 
 def _relative_to(folder: Path, item: Any) -> Any:
     uri = item.get("uri") if isinstance(item, dict) else item
-    if not isinstance(uri, str) or "://" in uri or Path(uri).expanduser().is_absolute():
+    if not isinstance(uri, str) or "://" in uri or expand_home(uri).is_absolute():
         return item
     resolved = str(folder / uri)
     return {**item, "uri": resolved} if isinstance(item, dict) else resolved
@@ -667,7 +667,7 @@ def load_spec(path: str | Path | None = None, overrides: dict[str, Any] | None =
         source = str(path)
         here = Path(path).absolute().parent
         code = data.get("code", ".")
-        if isinstance(code, str) and not Path(code).expanduser().is_absolute():
+        if isinstance(code, str) and not expand_home(code).is_absolute():
             data["code"] = str(here / code)
         inputs = data.get("inputs")
         if isinstance(inputs, dict):  # local input paths, like code, are relative to the file

@@ -6,7 +6,9 @@ would be valid; the spec turns that into a field-named error.
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 
 _SIZE_UNITS = {
     "": 1,
@@ -132,3 +134,9 @@ def format_usd(amount: float) -> str:
     if 0 < abs(amount) < 0.005:
         return "<0.01" if amount > 0 else ">-0.01"
     return f"{amount:,.2f}"
+
+
+def expand_home(path: str | Path) -> Path:
+    """A path as people type it: ``~`` and ``~user`` expanded; a user that does not exist is
+    left as written, to be reported as a missing path (pathlib's expanduser would raise)."""
+    return Path(os.path.expanduser(path))

@@ -7,7 +7,7 @@ import statistics
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ferry.catalog.optimizer import Option, Plan, Request, plan
+from ferry.catalog.optimizer import Option, Plan, Request, local_offering, plan
 
 if TYPE_CHECKING:
     from ferry.spec import JobSpec
@@ -86,21 +86,13 @@ def quote(
     spec: JobSpec, *, backend: str, store: Store | None = None, hours: float | None = None
 ) -> Quote:
     """Price ``spec`` on ``backend`` (``auto``: the cheapest option that fits)."""
-    from ferry.catalog.offerings import Catalog
-
     estimate, source = runtime_estimate(spec, store, hours)
     request = Request.from_spec(spec, estimate)
     if backend == "auto":
         found = plan(request)
-    else:  # the named backend: its own offerings only (the local machine for local)
-        empty = Catalog([], {}, {})
-        found = plan(request, catalog=empty if backend == "local" else None)
-        found.options = [o for o in found.options if o.backend == backend]
-        if backend == "local" and not found.options:  # priced all the same
-            from ferry.catalog.optimizer import local_offering
-
-            local = local_offering()
-            found.options = [Option(local, "local", False, (local.price or 0.0) * request.nodes)]
+    else:  # a named backend (only local exists yet): what it runs on, whether it fits or not
+        local = local_offering()
+        found = Plan(request, [Option(local, "local", False, (local.price or 0.0) * request.nodes)])
     doubt = None
     if found.best is not None and found.best.offering.provider != "local":
         from ferry.catalog.offerings import load_catalog

@@ -17,8 +17,10 @@ import json
 import math
 import os
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any, TextIO
 
 SHIPPED_DATE = datetime.date(2026, 12, 2)  # data/SOURCES.md
 PROVIDERS = ("aws", "azure", "gcp", "lambda")
@@ -276,10 +278,24 @@ def read_csv(path: Path) -> list[Offering]:
         return list(parse_rows(csv.DictReader(file)))
 
 
-def write_csv(offerings: Iterable[Offering], path: Path) -> None:
-    """Write offerings as a CSV with :data:`COLUMNS`, atomically (temp file, rename)."""
+@contextmanager
+def replaced(path: Path, newline: str | None = None) -> Iterator[TextIO]:
+    """A text file that takes the place of ``path`` whole once the block ends (a temporary
+    file, fsynced, then renamed), or not at all if the block fails."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", newline="") as file:
+    try:
+        with open(tmp, "w", newline=newline) as file:
+            yield file
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_csv(offerings: Iterable[Offering], path: Path) -> None:
+    """Write offerings as a CSV with :data:`COLUMNS`, atomically."""
+    with replaced(path, newline="") as file:
         writer = csv.writer(file)
         writer.writerow(COLUMNS)
         for o in offerings:
@@ -298,18 +314,18 @@ def write_csv(offerings: Iterable[Offering], path: Path) -> None:
                     *("" if v is None else repr(v) for v in (o.price, o.spot_price)),
                 ]
             )
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(tmp, path)
 
 
-def _refreshed(meta_path: Path) -> dict[str, dict[str, object]]:
-    """The providers ``meta.json`` lists, or none when it cannot be read."""
+def read_meta(path: Path) -> dict[str, Any]:
+    """``meta.json`` (what ``ferry catalog refresh`` stored) as a dict with a ``providers``
+    dict; empty when missing or damaged (the shipped prices stay in use)."""
     try:
-        providers = json.loads(meta_path.read_text()).get("providers", {})
-    except (OSError, ValueError, AttributeError):
-        return {}
-    return providers if isinstance(providers, dict) else {}
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {"providers": {}}
+    if not isinstance(meta, dict) or not isinstance(meta.get("providers"), dict):
+        return {"providers": {}}
+    return meta
 
 
 _cache: dict[tuple[str, float], Catalog] = {}
@@ -331,7 +347,7 @@ def load_catalog() -> Catalog:
     dates = {p: SHIPPED_DATE for p in {o.provider for o in shipped}}
     sources = dict.fromkeys(dates, "shipped")
     rows = shipped
-    for provider, info in sorted(_refreshed(meta_path).items() if stamp else ()):
+    for provider, info in sorted(read_meta(meta_path)["providers"].items() if stamp else ()):
         try:
             path = folder / str(info["file"])
             fresh = read_csv(path)

@@ -13,14 +13,13 @@ known. The local machine is an option too, at the price set with
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ferry.catalog.offerings import Catalog, Offering, load_catalog, refreshed_dir
+from ferry.catalog.offerings import Catalog, Offering, load_catalog, refreshed_dir, replaced
 
 if TYPE_CHECKING:
     from ferry.accelerators import Accelerator
@@ -308,6 +307,5 @@ def block(option: Option, reason: str, seconds: float | None = None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     entries = blocked_offerings()
     entries[option.key] = (time.time() + seconds, reason)
-    tmp = path.with_name(f".blocked.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({k: list(v) for k, v in entries.items()}))
-    os.replace(tmp, path)
+    with replaced(path) as file:
+        json.dump({k: list(v) for k, v in entries.items()}, file)

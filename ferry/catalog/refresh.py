@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any
 
 from ferry.catalog.offerings import (
     PROVIDERS,
@@ -25,7 +23,9 @@ from ferry.catalog.offerings import (
     Flagged,
     Offering,
     read_csv,
+    read_meta,
     refreshed_dir,
+    replaced,
     screen,
     write_csv,
 )
@@ -36,8 +36,8 @@ SHIPPED = Path(__file__).parent / "data" / "offerings.csv"
 DEFAULT_PROVIDERS = ("azure", "aws", "gcp")
 _NO_PRICE_LIST = "Ferry reads no public price list for {provider}"
 _GCP_KEY = (
-    "the GCP Cloud Billing Catalog API needs an API key (set FERRY_GCP_API_KEY, or pass"
-    " gcp_api_key=, to a key of a project with the Cloud Billing API enabled:"
+    "the GCP Cloud Billing Catalog API needs an API key (set FERRY_GCP_API_KEY, or"
+    " gcp_api_key= from Python, to a key of a project with the Cloud Billing API enabled:"
     " https://console.cloud.google.com/apis/credentials)"
 )
 
@@ -209,21 +209,9 @@ def _refresh_one(
     )
 
 
-def _read_meta(path: Path) -> dict[str, Any]:
-    """``meta.json`` as a dict with a ``providers`` dict; empty when missing or damaged (a
-    damaged one is replaced by the next write)."""
-    try:
-        meta = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {"providers": {}}
-    if not isinstance(meta, dict) or not isinstance(meta.get("providers"), dict):
-        return {"providers": {}}
-    return meta
-
-
 def _prices_date(folder: Path, provider: str) -> datetime.date:
     """The date of the provider's prices in use now: its last refresh, else the shipped."""
-    info = _read_meta(folder / "meta.json")["providers"].get(provider)
+    info = read_meta(folder / "meta.json")["providers"].get(provider)
     try:
         return datetime.date.fromisoformat(str(info["date"]))
     except (TypeError, KeyError, ValueError):
@@ -237,20 +225,16 @@ def _record(
     is replaced atomically, under a lock so that two refreshes do not lose each other's."""
     path = folder / "meta.json"
     with _locked(folder / ".meta.lock"):
-        meta = _read_meta(path)
+        meta = read_meta(path)
         meta["providers"][provider] = {
             "file": file,
             "date": day.isoformat(),
             "rows": rows,
             "flagged": flagged,
         }
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        with open(tmp, "w") as out:
+        with replaced(path) as out:
             json.dump(meta, out, indent=1, sort_keys=True)
             out.write("\n")
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
 
 
 @contextmanager

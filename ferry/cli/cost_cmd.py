@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from ferry.cli._common import add_command, eprint, whole_number
-from ferry.errors import BackendNotInstalled, UsageError
+from ferry.errors import UsageError
 from ferry.units import format_usd
 
 ESTIMATE_EXAMPLE = """\
@@ -192,7 +192,7 @@ def report(args: argparse.Namespace) -> int:
     total = sum(groups.values())
     if args.output:
         _chart(group_spending(rows, "day", now - period, now), args.output, args.since)
-        eprint(f"ferry: wrote {args.output} ({total:,.2f} USD over {args.since})")
+        eprint(f"ferry: wrote {args.output} ({format_usd(total)} USD over {args.since})")
         return 0
     if args.json:
         data = [{args.by: k, "usd": round(v, 4)} for k, v in groups.items()]
@@ -258,21 +258,13 @@ def _days(spend: Any, since: float, until: float) -> list[tuple[str, float]]:
 
 
 def _chart(per_day: dict[str, float], path: str, since: str) -> None:
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise BackendNotInstalled("charts need matplotlib", "pip install 'ferry[plot]'") from None
-    figure = Figure(figsize=(8, 3.5), dpi=100)
-    FigureCanvasAgg(figure)
+    from ferry.cli.plot_cmd import new_figure
+
+    figure = new_figure(8, 3.5)
     axes = figure.add_subplot()
     days = list(per_day)
     axes.bar(range(len(days)), list(per_day.values()), color="#3b7dd8")
     axes.set_xticks(range(len(days)), days, rotation=45, ha="right", fontsize=8)
     axes.set_ylabel("USD")
-    axes.set_title(f"Spend per day (last {since}; total {sum(per_day.values()):,.2f} USD)")
-    figure.tight_layout()
-    try:
-        figure.savefig(path)
-    except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror}", "choose another path") from None
+    axes.set_title(f"Spend per day (last {since}; total {format_usd(sum(per_day.values()))} USD)")
+    figure.savefig(path, dpi=100)

@@ -96,15 +96,21 @@ def _png(job_id: str, series: dict[str, Series], path: str) -> None:
     _figure(job_id, {name: {name: points} for name, points in series.items()}, path)
 
 
-def _figure(title: str, panels: dict[str, dict[str, Series]], path: str) -> None:
-    """One panel per metric, one line per series in it (a job, when comparing)."""
+def new_figure(width: float, height: float) -> Any:
+    """A matplotlib figure drawn off-screen (inches), or a clear error without matplotlib."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError:
         raise BackendNotInstalled("charts need matplotlib", "pip install 'ferry[plot]'") from None
-    figure = Figure(figsize=(9, 2.6 * len(panels)), layout="constrained")
+    figure = Figure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(figure)
+    return figure
+
+
+def _figure(title: str, panels: dict[str, dict[str, Series]], path: str) -> None:
+    """One panel per metric, one line per series in it (a job, when comparing)."""
+    figure = new_figure(9, 2.6 * len(panels))
     for i, (name, lines) in enumerate(panels.items(), start=1):
         axes = figure.add_subplot(len(panels), 1, i)
         by_step = all(step is not None for points in lines.values() for _, step, _ in points)

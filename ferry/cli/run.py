@@ -274,10 +274,10 @@ def _price_check(spec: Any, store: Any, yes: bool) -> None:
     from ferry import config
     from ferry.controller.budget import check_submission
 
-    check_submission(store)  # before any plan is printed
     backend = spec.backend or str(config.get("backend"))
     if backend == "local" and not float(config.get("local.price_hour")):
-        return  # free: nothing to say, and no time spent pricing it
+        return  # free: nothing to say, and no time spent pricing it (submit checks budgets)
+    check_submission(store)  # a spent budget says so before any plan is printed
     from ferry.catalog.estimate import quote
 
     found = quote(spec, backend=backend, store=store)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ferry.procs import hostname
+from ferry.units import expand_home
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,7 @@ class JobDirs:
 
     @classmethod
     def under(cls, outputs: str) -> JobDirs:
-        root = Path(outputs.removeprefix("file://")).expanduser()
+        root = expand_home(outputs.removeprefix("file://"))
         return cls(root / "model", root / "checkpoints", root / "tensorboard", root / "output")
 
     def create(self) -> None:

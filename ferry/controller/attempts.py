@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ferry import config, defaults
 from ferry.contract.env import env_key
-from ferry.controller.budget import CostCap, attempts_so_far_cost, cost_cap
+from ferry.controller.budget import CostCap, attempts_so_far_cost
 from ferry.controller.jobs import (
     _S,
     _finish_job,
@@ -233,7 +233,8 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
             return False
         price = float(config.get("local.price_hour"))
         max_cost = limits.get("max_cost")
-        if max_cost and attempts_so_far_cost(store, job_id) + price * grace / 3600 >= max_cost:
+        spent = attempts_so_far_cost(store, job_id) if max_cost else 0.0
+        if max_cost and spent + price * grace / 3600 >= max_cost:
             reason = f"budget reached: {max_cost:.2f} USD"  # spent by the earlier attempts
             _finish_job(store, job_id, _S.FAILED, reason)
             return True
@@ -339,13 +340,12 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
             if job.status.is_terminal():  # or finished elsewhere (declared lost): stop now
                 _abandon(store, job_id, attempt.number, running)
                 return False
-        cap = cost_cap(max_cost, store.attempts(job_id) if max_cost else [], attempt)
+        cap = CostCap(max_cost, spent, attempt.price, attempt.started_at)
         outcome, code = _watch(
             store, job, running, control, grace, max_runtime, sync, observer, preempt_every, cap
         )
         if attempt.price:  # what it cost, as it ended (a free one stays at 0)
-            spent = cap.accrued(time.time()) - cap.spent_before
-            store.update_attempt(job_id, attempt.number, cost=spent)
+            store.update_attempt(job_id, attempt.number, cost=attempt.cost_at(time.time()))
         observer.finish()  # what the script reported last
         if sync.remote:  # a checkpoint saved on the notice reaches the bucket before a resume
             try:
@@ -664,8 +664,8 @@ def _watch(
     max_runtime: float | None,
     sync: OutputSync,
     observer: Observer,
-    preempt_every: float | None = None,
-    cap: CostCap | None = None,
+    preempt_every: float | None,
+    cap: CostCap,
 ) -> tuple[str, int]:
     """Wait for the attempt, heartbeating, and stop it on cancel, timeout, preemption (asked
     with `ferry preempt`, or simulated), an alert (with ``on_alert: stop``), its cost cap
@@ -727,9 +727,9 @@ def _watch(
                     stopping = "stopped"
                 elif deadline and time.time() >= deadline:
                     stopping = "timeout"
-                elif cap is not None and cap.reached(time.time(), lookahead):
+                elif cap.reached(time.time(), lookahead):
                     stopping = "budget"
-                elif cap and cap.price > 0 and mono - last_budget >= defaults.BUDGET_POLL:
+                elif cap.price > 0 and mono - last_budget >= defaults.BUDGET_POLL:
                     last_budget = mono  # a budget set while the job runs counts too
                     if _hard_budget_spent(store):
                         stopping = "monthly"
@@ -753,13 +753,10 @@ def _watch(
                     elif asked:
                         stopping, observer.preempted_by = "preempted", asked
                 if stopping:
-                    what = (
-                        f"preemption notice ({observer.preempted_by})"
-                        if stopping == "preempted"
-                        else f"{cap.reason()}, stopping the attempt"
-                        if stopping == "budget" and cap is not None
-                        else f"stopping the attempt ({stopping})"
-                    )
+                    what = {
+                        "preempted": f"preemption notice ({observer.preempted_by})",
+                        "budget": f"{cap.reason()}, stopping the attempt",
+                    }.get(stopping, f"stopping the attempt ({stopping})")
                     store.add_event(job.id, f"{what}: SIGTERM, then SIGKILL after {grace:g}s")
                     running.stop()
                     stop_sent = mono

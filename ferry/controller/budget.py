@@ -23,7 +23,7 @@ from ferry.errors import FerryError
 from ferry.units import format_usd
 
 if TYPE_CHECKING:
-    from ferry.store import Attempt, Store
+    from ferry.store import Store
 
 
 class BudgetSpent(FerryError):
@@ -117,14 +117,3 @@ def attempts_so_far_cost(store: Store, job_id: str) -> float:
     """USD a job's attempts have cost so far."""
     now = time.time()
     return sum(a.cost_at(now) for a in store.attempts(job_id))
-
-
-def cost_cap(max_cost: float | None, earlier: list[Attempt], attempt: Attempt) -> CostCap:
-    """The cap of one attempt, given the job's earlier attempts."""
-    now = time.time()
-    return CostCap(
-        max_cost,
-        sum(a.cost_at(now) for a in earlier if a.number != attempt.number),
-        attempt.price,
-        attempt.started_at,
-    )

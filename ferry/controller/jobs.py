@@ -19,6 +19,7 @@ from ferry.procs import environ_of, hostname, is_supervisor, start_time
 from ferry.status import ACTIVE, AttemptStatus, JobStatus
 from ferry.store import Attempt, Job, Store, open_store
 from ferry.store.base import IdTaken
+from ferry.units import expand_home
 
 if TYPE_CHECKING:
     from ferry.spec import JobSpec
@@ -184,7 +185,7 @@ def _store_job(
             continue
         outputs = outputs_template.replace("{job_id}", job_id)
         if "://" not in outputs:
-            outputs = str(Path(outputs).expanduser().absolute())
+            outputs = str(expand_home(outputs).absolute())
         try:
             return store.create_job(
                 job_id=job_id,

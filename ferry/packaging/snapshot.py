@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ferry.errors import FerryError, SpecError
-from ferry.units import format_size
+from ferry.units import expand_home, format_size
 
 _ALWAYS_IGNORED = {
     ".git",
@@ -97,7 +97,7 @@ def snapshot_code(
     code: str | Path, dest: Path, max_bytes: int, skip: tuple[Path, ...] = ()
 ) -> Snapshot:
     """Copy ``code`` into ``dest`` (created); refuse if larger than ``max_bytes``."""
-    root = Path(code).expanduser().absolute()
+    root = expand_home(code).absolute()
     if not root.exists():
         raise SpecError(f"code folder {code} does not exist", "check code: in the spec, or --code")
     if not root.is_dir():

@@ -40,11 +40,12 @@ def report(step: int | None = None, **metrics: float) -> None:
 
 def flush(blocking: bool = True) -> None:
     """Write what is queued now (the writer thread also does, twice a second). Without
-    ``blocking``, give up if a write is under way (from a signal handler, which may have
-    interrupted the very code holding the lock)."""
+    ``blocking`` (from a signal handler, which may have interrupted the very code holding
+    the lock), wait at most a second for a write under way: the writer thread's ends
+    sooner, and the points queued after it are written too rather than lost."""
     if _path is None or not _queue:
         return
-    if not _lock.acquire(blocking=blocking):
+    if not _lock.acquire(timeout=-1 if blocking else 1.0):
         return
     try:
         _drain()

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ferry.units import expand_home
+
 # Spellings people use -> the protocol name in the registry.
 ALIASES = {
     "gs": "gs",
@@ -64,7 +66,7 @@ def parse_uri(uri: str, base: Path | None = None) -> Location:
     """
     scheme, sep, rest = uri.partition("://")
     if not sep:
-        path = Path(uri).expanduser()
+        path = expand_home(uri)
         if not path.is_absolute():
             path = (base or Path.cwd()) / path
         return Location(str(path.absolute()), "file", str(path.absolute()))

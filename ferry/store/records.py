@@ -78,7 +78,13 @@ class Attempt:
     def cost_at(self, now: float) -> float:
         """USD spent by ``now``: the price over the time it ran (or has run so far)."""
         end = self.ended_at if self.ended_at is not None else now
-        return max(self.cost, self.price * max(0.0, end - self.started_at) / 3600)
+        return accrued(self.cost, self.price, self.started_at, end)
+
+
+def accrued(recorded: float, price: float, started: float, ended: float) -> float:
+    """An attempt's cost: its price (USD per hour) over the time it ran, or what was
+    recorded for it if more."""
+    return max(recorded, price * max(0.0, ended - started) / 3600)
 
 
 @dataclass(frozen=True)

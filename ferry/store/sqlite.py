@@ -22,7 +22,15 @@ from ferry.errors import JobNotFound, StoreError, TransitionError
 from ferry.status import AttemptStatus, JobStatus
 from ferry.store.base import AdmitFn, IdTaken, Store
 from ferry.store.migrations import MIGRATIONS, SCHEMA_VERSION
-from ferry.store.records import Allocation, Attempt, Event, Job, MetricSummary, Spend
+from ferry.store.records import (
+    Allocation,
+    Attempt,
+    Event,
+    Job,
+    MetricSummary,
+    Spend,
+    accrued,
+)
 
 _JOB_COLUMNS = (
     "id, name, seq, status, backend, spec, job_dir, outputs, created_at, updated_at, "
@@ -551,7 +559,7 @@ class SQLiteStore(Store):
         for row in rows:
             accelerator = (json.loads(row[4]).get("resources") or {}).get("accelerator")
             start, end = row[7], row[8] if row[8] is not None else now
-            whole = max(row[9], row[6] * max(0.0, end - start) / 3600)
+            whole = accrued(row[9], row[6], start, end)
             inside = max(0.0, min(end, until) - max(start, since))
             cost = whole * inside / (end - start) if end > start else whole
             out.append(
