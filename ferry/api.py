@@ -68,8 +68,19 @@ class Job:
 
     @property
     def exit_code(self) -> int | None:
-        """The exit code of the last attempt (negative: killed by that signal)."""
-        return self.record.exit_code
+        """The exit code of the last attempt, as a shell shows it: 128+N when signal N ended
+        it (``signal`` names it)."""
+        from ferry.controller.jobs import shell_code
+
+        code = self.record.exit_code
+        return None if code is None else shell_code(code)
+
+    @property
+    def signal(self) -> str | None:
+        """The signal that ended the last attempt (``'SIGTERM'``), or None if it exited."""
+        from ferry.controller.jobs import signal_name
+
+        return signal_name(self.record.exit_code)
 
     @property
     def outputs(self) -> str:

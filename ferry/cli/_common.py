@@ -141,7 +141,10 @@ def eprint(*args: object) -> None:
 
 
 def job_json(job: Job) -> dict[str, Any]:
-    """A job as JSON for --json output (no secret values are ever stored)."""
+    """A job as JSON for --json output (no secret values are ever stored); ``exit_code`` is
+    128+N for a death by signal N, whose name is in ``signal``."""
+    from ferry.controller.jobs import exit_fields
+
     return {
         "id": job.id,
         "name": job.name,
@@ -151,7 +154,7 @@ def job_json(job: Job) -> dict[str, Any]:
         "created_at": job.created_at,
         "started_at": job.started_at,
         "ended_at": job.ended_at,
-        "exit_code": job.exit_code,
+        **exit_fields(job.exit_code),
         "reason": job.reason,
         "outputs": job.outputs,
         "allocation": job.allocation.to_json(),

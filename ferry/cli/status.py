@@ -20,6 +20,7 @@ from ferry.cli._common import (
     runtime,
     store_now,
 )
+from ferry.controller.jobs import describe_exit, exit_fields, shell_code, signal_name
 from ferry.telemetry import ALERT_PREFIX, is_alert
 from ferry.units import format_usd
 
@@ -42,6 +43,14 @@ def register(subparsers: Any) -> None:
     p.add_argument("job", help="job id or unique prefix")
     p.add_argument("--json", action="store_true", help="print JSON for scripts")
     p.set_defaults(handler=status)
+
+
+def _exit_cell(code: int | None) -> str:
+    """``'143 SIGTERM'`` for the attempts table (128+N for signal N, as a shell says)."""
+    if code is None:
+        return ""
+    name = signal_name(code)
+    return f"{shell_code(code)}" + (f" {name}" if name else "")
 
 
 def _outputs_summary(outputs: str) -> str:
@@ -113,13 +122,13 @@ def status(args: argparse.Namespace) -> int:
                     "handle",
                     "started_at",
                     "ended_at",
-                    "exit_code",
                     "reason",
                     "log_path",
                     "price",
                     "offering",
                 )
             }
+            | exit_fields(a.exit_code)
             | {"cost": round(a.cost_at(now), 6)}
             for a in attempts
         ]
@@ -147,7 +156,7 @@ def status(args: argparse.Namespace) -> int:
     head.add_row(
         "Status",
         f"[{STATUS_STYLE[job.status.value]}]{job.status.value}[/]"
-        + (f"  exit code {job.exit_code}" if job.exit_code is not None else ""),
+        + (f"  {describe_exit(job.exit_code)}" if job.exit_code is not None else ""),
     )
     if job.reason and job.status.is_terminal():
         head.add_row("Reason", job.reason)
@@ -190,7 +199,7 @@ def status(args: argparse.Namespace) -> int:
                 a.host,
                 local_time(a.started_at),
                 local_time(a.ended_at),
-                "" if a.exit_code is None else str(a.exit_code),
+                _exit_cell(a.exit_code),
                 a.reason or "",
             ]
             if spent:

@@ -23,6 +23,7 @@ from ferry.controller.jobs import (
     _S,
     _finish_job,
     describe_exit,
+    shell_code,
     submitted_env,
     take_preempt_request,
 )
@@ -414,14 +415,14 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
         failed_exit = ending[0] is AttemptStatus.FAILED and outcome == "exited"
         if outcome == "preempted" and resume:
             why = f"{reason}; resuming from the latest checkpoint"
-        elif failed_exit and _shell_code(code) in retried_codes and not marker:
+        elif failed_exit and shell_code(code) in retried_codes and not marker:
             retried += 1
             if retried > MAX_CODE_RETRIES:
                 reason = f"{reason}; retried {MAX_CODE_RETRIES} times (retries.on_exit_codes)"
                 _end(store, job_id, attempt.number, *ending[:2], reason, code, sync)
                 return True
             why = (
-                f"{reason}; exit code {_shell_code(code)} is always retried (retries.on_exit_codes)"
+                f"{reason}; exit code {shell_code(code)} is always retried (retries.on_exit_codes)"
             )
         elif failed_exit and errors < retries_left:
             errors += 1
@@ -815,11 +816,6 @@ def _hard_budget_spent(store: Store) -> bool:
     if config.get("budget.monthly") is None or not config.get("budget.hard"):
         return False
     return monthly(store).exhausted
-
-
-def _shell_code(code: int) -> int:
-    """An exit status as a shell shows it: 128+N for death by signal N."""
-    return 128 - code if code < 0 else code
 
 
 def _mtime(path: Path) -> int:

@@ -85,7 +85,7 @@ def test_killed_by_signal_is_reported(home: Path, project: Path) -> None:
     script(project, "segv.py", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
     result = ferry("run", "--", "python", "segv.py", cwd=project)
     assert result.returncode == 128 + 9
-    assert "killed by SIGKILL" in ferry_json("jobs")[0]["reason"]
+    assert "exit code 137 (SIGKILL)" in ferry_json("jobs")[0]["reason"]
 
 
 def test_command_not_found_is_refused_at_submit(home: Path, project: Path) -> None:
@@ -124,7 +124,7 @@ def test_max_runtime_sends_sigterm_then_sigkill(home: Path, project: Path) -> No
     assert job["reason"] == "max_runtime 1.0s reached"
     detail = job_status(job["id"])
     assert detail["attempts"][0]["status"] == "TIMED_OUT"
-    assert detail["attempts"][0]["exit_code"] == -9
+    assert detail["attempts"][0]["exit_code"] == 137
 
 
 def test_cancel_running_job_stops_whole_group(home: Path, project: Path) -> None:

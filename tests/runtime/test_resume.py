@@ -80,7 +80,7 @@ def test_simulated_preemptions_resume_from_checkpoints(home: Path, project: Path
     preempted = [a for a in attempts if a["status"] == "PREEMPTED"]
     assert len(preempted) >= 2 and attempts[-1]["status"] == "SUCCEEDED"
     assert preempted[0]["reason"] == "preempted (simulate.preempt_every); 1 of 20"
-    assert all(a["exit_code"] == -15 for a in preempted)  # the notice: SIGTERM
+    assert all(a["exit_code"] == 143 for a in preempted)  # the notice: SIGTERM
     starts = [
         int(line.rsplit(" ", 1)[1])
         for line in result.stdout.splitlines()
@@ -118,7 +118,7 @@ def test_ferry_preempt_runs_the_scripts_callback_before_it_stops(home: Path, pro
     assert ferry("wait", job_id, "--timeout", "60s").returncode == 0
     status = job_status(job_id)
     assert [a["status"] for a in status["attempts"]] == ["PREEMPTED", "SUCCEEDED"]
-    assert status["attempts"][0]["exit_code"] == -15  # the callback ran, then SIGTERM's end
+    assert status["attempts"][0]["exit_code"] == 143  # the callback ran, then SIGTERM's end
     saved_at = int((outputs / "output" / "step").read_text())
     log = ferry("logs", job_id).stdout
     resumed = int(log.split("resumed at ")[1].split()[0])
@@ -298,4 +298,4 @@ def test_a_listed_signal_death_is_retried(home: Path, project: Path) -> None:
     (project / "job.yaml").write_text("command: python oom.py\nretries: {on_exit_codes: [137]}\n")
     assert ferry("run", "job.yaml", cwd=project).returncode == 0
     status = job_status(ferry_json("jobs")[0]["id"])
-    assert [a["exit_code"] for a in status["attempts"]] == [-9, 0]
+    assert [a["exit_code"] for a in status["attempts"]] == [137, 0]
