@@ -21,6 +21,7 @@ from pathlib import Path
 from ferry.errors import FerryError
 
 MARKERS = ("/opt/ml/", "/gcs/")  # a snapshot that mentions these needs container paths
+OPT_ML = "/opt/ml"  # where a SageMaker container has the job's tree
 
 
 def mentions_container_paths(code: Path, limit: int = 1 << 20) -> bool:
@@ -127,6 +128,10 @@ def _setup_script(root: Path, binds: list[tuple[str, str]], read_only: tuple[str
     for path in read_only:  # local inputs: the job reads them, it must not change them
         p = shlex.quote(path)
         lines += [f'mount --bind {p} "$R"{p}', f'mount -o remount,bind,ro "$R"{p}']
+    for source, target in binds:
+        if target == OPT_ML:  # SageMaker's toolkit finds the tree where the job sees it
+            was = shlex.quote(source)
+            lines.append(f'[ "${{SAGEMAKER_BASE_DIR:-}}" != {was} ] || SAGEMAKER_BASE_DIR={OPT_ML}')
     lines.append('exec chroot "$R" sh -c \'cd "$0" && exec "$@"\' "$@"')
     return "\n".join(lines)
 
@@ -142,7 +147,7 @@ def binds_for(
     """The mounts of a job: SageMaker's ``/opt/ml`` tree onto the job's folders, and
     ``/gcs/...`` paths (target -> local source) for its gs:// inputs and outputs."""
     binds = [
-        (str(opt_ml), "/opt/ml"),
+        (str(opt_ml), OPT_ML),
         (str(model), "/opt/ml/model"),
         (str(checkpoints), "/opt/ml/checkpoints"),
         (str(output), "/opt/ml/output/data"),
