@@ -135,10 +135,13 @@ def submit(
     staging = root / f".incoming-{os.urandom(6).hex()}"
     staging.mkdir(mode=0o700)
     try:
+        from ferry.packaging import code_store
         from ferry.packaging.snapshot import snapshot_code
 
         max_size = int(config.get("snapshot.max_size"))
-        snapshot_code(spec.code, staging / "code", max_size, skip=(config.ferry_home(),))
+        home = config.ferry_home()
+        store_root = home / code_store.FOLDER
+        snapshot_code(spec.code, staging / "code", max_size, skip=(home,), store=store_root)
         launch = {"env": {**environ, **spec.env, **{k: environ[k] for k in spec.secrets}}}
         launch_path = staging / LAUNCH_FILE
         fd = os.open(launch_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -2,19 +2,21 @@
 
 The copy respects ``.gitignore`` and ``.ferryignore`` files (at any depth, git's pattern
 rules) and always leaves out VCS folders and Python caches, so the job runs the code as it
-was when submitted even if the user edits files afterwards. A snapshot over the size limit
-is refused with the biggest files named.
+was when submitted even if the user edits files afterwards. Files keep their mode (made
+owner-writable) and modification time. With a :class:`~ferry.packaging.code_store.CodeStore`,
+files unchanged since an earlier snapshot are hard links to the store's copy rather than new
+copies. A snapshot over the size limit is refused with the biggest files named.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from ferry.errors import FerryError, SpecError
+from ferry.packaging.code_store import CodeStore, copy_file
 from ferry.units import expand_home, format_size
 
 _ALWAYS_IGNORED = {
@@ -32,10 +34,11 @@ _IGNORE_FILES = (".gitignore", ".ferryignore")
 
 @dataclass(frozen=True)
 class Snapshot:
-    """What was copied."""
+    """What was taken."""
 
     files: int
     bytes: int
+    linked: int = 0  # files linked from the code store: neither read nor copied
 
 
 def _ignore_spec(folder: Path) -> object | None:
@@ -52,9 +55,9 @@ def _ignore_spec(folder: Path) -> object | None:
     return pathspec.GitIgnoreSpec.from_lines(lines)
 
 
-def _collect(root: Path, skip: set[Path]) -> list[tuple[Path, int]]:
-    """Files to copy (relative path, size), honouring ignore files at every level."""
-    found: list[tuple[Path, int]] = []
+def _collect(root: Path, skip: set[Path]) -> list[tuple[Path, os.stat_result]]:
+    """Files to copy (relative path, lstat), honouring ignore files at every level."""
+    found: list[tuple[Path, os.stat_result]] = []
     # each entry: (folder the spec belongs to, spec)
     stack: list[tuple[Path, list[tuple[Path, object]]]] = [(root, [])]
     while stack:
@@ -75,11 +78,13 @@ def _collect(root: Path, skip: set[Path]) -> list[tuple[Path, int]]:
                 continue
             if is_dir:
                 stack.append((path, specs))
-            elif entry.is_symlink():
-                found.append((path.relative_to(root), 0))
-            elif entry.is_file(follow_symlinks=False):
-                found.append((path.relative_to(root), entry.stat(follow_symlinks=False).st_size))
+            elif entry.is_symlink() or entry.is_file(follow_symlinks=False):
+                found.append((path.relative_to(root), entry.stat(follow_symlinks=False)))
     return found
+
+
+def _size(st: os.stat_result) -> int:
+    return 0 if stat.S_ISLNK(st.st_mode) else st.st_size
 
 
 def _ignored(path: Path, is_dir: bool, specs: list[tuple[Path, object]]) -> bool:
@@ -94,9 +99,22 @@ def _ignored(path: Path, is_dir: bool, specs: list[tuple[Path, object]]) -> bool
 
 
 def snapshot_code(
-    code: str | Path, dest: Path, max_bytes: int, skip: tuple[Path, ...] = ()
+    code: str | Path,
+    dest: Path,
+    max_bytes: int,
+    skip: tuple[Path, ...] = (),
+    store: Path | None = None,
 ) -> Snapshot:
-    """Copy ``code`` into ``dest`` (created); refuse if larger than ``max_bytes``."""
+    """Copy ``code`` into ``dest`` (created); refuse if larger than ``max_bytes``.
+
+    Args:
+        code: the folder to snapshot.
+        dest: the snapshot's folder (created; its parents too).
+        max_bytes: the largest snapshot accepted.
+        skip: folders inside ``code`` left out (FERRY_HOME, when it is there).
+        store: the root of a code store (on the file system of ``dest``) to link unchanged
+            files from; None copies every file.
+    """
     root = expand_home(code).absolute()
     if not root.exists():
         raise SpecError(f"code folder {code} does not exist", "check code: in the spec, or --code")
@@ -105,10 +123,10 @@ def snapshot_code(
             f"code {code} is a file, not a folder", "set code: to the folder holding it"
         )
     files = _collect(root, {p.absolute() for p in skip})
-    total = sum(size for _, size in files)
+    total = sum(_size(st) for _, st in files)
     if total > max_bytes:
-        biggest = sorted(files, key=lambda f: -f[1])[:3]
-        names = ", ".join(f"{p} ({format_size(s)})" for p, s in biggest)
+        biggest = sorted(files, key=lambda f: -_size(f[1]))[:3]
+        names = ", ".join(f"{p} ({format_size(_size(st))})" for p, st in biggest)
         raise FerryError(
             f"the code folder {root} holds {format_size(total)} to snapshot, over the "
             f"{format_size(max_bytes)} limit; biggest: {names}",
@@ -116,8 +134,10 @@ def snapshot_code(
             "with: ferry config set snapshot.max_size 1GB",
         )
     dest.mkdir(parents=True, exist_ok=True)
+    kept = CodeStore(store) if store is not None else None
     made: set[Path] = set()
-    for rel, _ in files:
+    linked = 0
+    for rel, st in files:
         src = root / rel
         target = dest / rel
         parent = target.parent
@@ -125,12 +145,14 @@ def snapshot_code(
             parent.mkdir(parents=True, exist_ok=True)
             made.add(parent)
         try:
-            if src.is_symlink():
+            if stat.S_ISLNK(st.st_mode):
                 os.symlink(os.readlink(src), target)
+            elif kept is not None:
+                linked += kept.place(src, st, target)
             else:
-                shutil.copyfile(src, target)
-                mode = stat.S_IMODE(src.stat().st_mode)
-                os.chmod(target, mode | stat.S_IRUSR | stat.S_IWUSR)
+                copy_file(src, target, st)
         except OSError as exc:
             raise FerryError(f"cannot copy {src} into the job's snapshot: {exc.strerror}") from None
-    return Snapshot(files=len(files), bytes=total)
+    if kept is not None:
+        kept.prune()
+    return Snapshot(files=len(files), bytes=total, linked=linked)

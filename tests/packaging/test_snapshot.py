@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -26,7 +28,9 @@ def copied(dest: Path) -> set[str]:
     }
 
 
-def test_ignore_files_at_every_level(tmp_path: Path) -> None:
+@pytest.mark.parametrize("through_store", [False, True])
+def test_ignore_files_at_every_level(tmp_path: Path, through_store: bool) -> None:
+    """Exact, with or without the code store (twice through it: copied, then linked)."""
     src, dest = tmp_path / "src", tmp_path / "dest"
     tree(
         src,
@@ -46,17 +50,22 @@ def test_ignore_files_at_every_level(tmp_path: Path) -> None:
             "pkg/__pycache__/model.cpython-311.pyc": "x",
         },
     )
-    result = snapshot_code(src, dest, 10**6)
-    assert copied(dest) == {
-        "train.py",
-        ".gitignore",
-        ".ferryignore",
-        "keep.log",
-        "pkg/model.py",
-        "pkg/.gitignore",
-        "pkg/sub/deep.py",
-    }
-    assert result.files == 7
+    (src / "link.txt").symlink_to("keep.log")
+    wanted = {"train.py", ".gitignore", ".ferryignore", "keep.log", "link.txt"}
+    wanted |= {"pkg/model.py", "pkg/.gitignore", "pkg/sub/deep.py"}
+    store = tmp_path / "store" if through_store else None
+    old = 1_600_000_000 * 10**9  # not just written: the store keeps such files
+    for path in src.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            os.utime(path, ns=(old, old))
+    for _ in range(2 if through_store else 1):
+        shutil.rmtree(dest, ignore_errors=True)
+        result = snapshot_code(src, dest, 10**6, store=store)
+        assert copied(dest) == wanted
+        assert result.files == 8
+        for name in wanted:
+            assert (dest / name).read_bytes() == (src / name).read_bytes()
+    assert result.linked == (7 if through_store else 0)
 
 
 def test_a_deeper_ignore_file_can_bring_files_back(tmp_path: Path) -> None:

@@ -1,0 +1,149 @@
+"""Copies of code files kept under FERRY_HOME, so a snapshot of a folder that barely changed
+links what it already holds instead of copying (or reading) those files again.
+
+A file's entry is named by a hash of its identity on disk: (path, device, inode, size,
+modification time, change time, mode). Any write changes the size or one of the two times,
+and a file replaced by another (an editor's save, ``git checkout``) has a new inode, so a
+changed file never matches an old entry. The entry is Ferry's own copy, not a link to the
+user's file: editing the source while a job runs never changes what the job sees.
+
+Entries appear only by an atomic rename of a complete copy (a process killed mid-copy
+leaves a temporary file, never a half entry), and carry the source's modification time: a
+snapshot checks it, and the size, after linking, so an entry changed in place through a
+link is dropped and copied afresh rather than handed to a job. A file modified in the last
+second is copied without an entry: within one tick of the file system's clock a second
+write could keep the same times and size. Entries no snapshot links any more (link count
+1) are removed an hour later, along with temporary files a crash left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import os
+import shutil
+import stat
+import time
+from pathlib import Path
+
+FOLDER = "code-store"  # under FERRY_HOME, beside the job folders (links need one file system)
+RACY_NS = 1_000_000_000  # files modified this recently are copied, not kept (clock ticks)
+PRUNE_AFTER_S = 3600.0  # an unlinked entry or a crashed copy is removed after this long
+_PRUNED = "pruned"  # its modification time says when the store was last pruned
+
+
+def file_mode(st: os.stat_result) -> int:
+    """The permission bits a snapshot gives a file: the source's, always owner-writable."""
+    return stat.S_IMODE(st.st_mode) | stat.S_IRUSR | stat.S_IWUSR
+
+
+def copy_file(src: Path, target: Path, st: os.stat_result) -> None:
+    """Copy ``src`` to ``target`` with the snapshot's mode and the source's times."""
+    shutil.copyfile(src, target)
+    os.chmod(target, file_mode(st))
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+class CodeStore:
+    """The entries under ``root`` (``objects/``, ``tmp/``); one per user (FERRY_HOME)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._usable = True  # False once linking proved impossible (another file system)
+        self._now_ns = time.time_ns()
+        (root / "objects").mkdir(parents=True, exist_ok=True)
+        (root / "tmp").mkdir(exist_ok=True)
+
+    def entry(self, src: Path, st: os.stat_result) -> Path:
+        """Where the copy of ``src`` as ``st`` describes it is kept."""
+        identity = (
+            f"{src}\0{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0"
+            f"{st.st_ctime_ns}\0{file_mode(st)}"
+        )
+        key = hashlib.sha256(identity.encode("utf-8", "surrogateescape")).hexdigest()[:40]
+        return self.root / "objects" / key[:2] / key[2:]
+
+    def place(self, src: Path, st: os.stat_result, target: Path) -> bool:
+        """Put the file ``src`` (as ``st`` describes it) at ``target``; return True when an
+        entry was linked and nothing was copied."""
+        if not self._usable or st.st_mtime_ns >= self._now_ns - RACY_NS:
+            copy_file(src, target, st)
+            return False
+        entry = self.entry(src, st)
+        try:
+            os.link(entry, target)
+        except FileNotFoundError:
+            pass  # not kept yet
+        except OSError as exc:
+            if exc.errno != errno.EMLINK:  # EXDEV, EPERM: no links here; copy from now on
+                self._usable = False
+                copy_file(src, target, st)
+                return False
+        else:
+            linked = os.lstat(target)
+            kept = (linked.st_size, linked.st_mtime_ns, stat.S_IMODE(linked.st_mode))
+            if kept == (st.st_size, st.st_mtime_ns, file_mode(st)):
+                return True
+            os.unlink(target)  # written through another link: never hand it out again
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(entry)
+        self._keep(src, st, target, entry)
+        return False
+
+    def _keep(self, src: Path, st: os.stat_result, target: Path, entry: Path) -> None:
+        """Copy ``src`` into a new entry (when it did not change meanwhile) and link it."""
+        tmp = self.root / "tmp" / f"{os.getpid()}-{os.urandom(6).hex()}"
+        try:
+            copy_file(src, tmp, st)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+        try:
+            os.link(tmp, target)
+        except OSError:  # no links from the store to the job's folder (another file system)
+            os.unlink(tmp)
+            self._usable = False
+            copy_file(src, target, st)
+            return
+        try:
+            after = os.lstat(src)
+            unchanged = (after.st_ino, after.st_size, after.st_mtime_ns, after.st_ctime_ns) == (
+                st.st_ino,
+                st.st_size,
+                st.st_mtime_ns,
+                st.st_ctime_ns,
+            )
+            if unchanged:  # else it was written while we copied: only this job has that copy
+                entry.parent.mkdir(exist_ok=True)
+                os.replace(tmp, entry)  # (an entry with too many links is replaced too)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+
+    def prune(self, after: float = PRUNE_AFTER_S) -> int:
+        """Remove entries no snapshot links and crashed copies, older than ``after``
+        seconds; at most once per ``after``. Returns how many files were removed."""
+        marker = self.root / _PRUNED
+        now = time.time()
+        try:
+            if now - marker.stat().st_mtime < after:
+                return 0
+        except FileNotFoundError:
+            pass
+        marker.touch()
+        removed = 0
+        for folder, _dirs, files in os.walk(self.root):
+            for name in files:
+                path = os.path.join(folder, name)
+                if path == str(marker):
+                    continue
+                try:
+                    st = os.lstat(path)
+                    if st.st_nlink == 1 and now - st.st_ctime >= after:
+                        os.unlink(path)
+                        removed += 1
+                except FileNotFoundError:
+                    continue
+        return removed

@@ -1,0 +1,181 @@
+"""The code store: unchanged files are linked, not copied again; a changed file is taken
+anew; a job's copy never changes under it; a snapshot killed midway leaves nothing broken."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ferry.packaging.code_store import PRUNE_AFTER_S, CodeStore
+from ferry.packaging.snapshot import snapshot_code
+from tests.packaging.test_snapshot import copied, tree
+
+PAST_NS = 1_600_000_000 * 10**9  # a modification time long gone (2020): not "just written"
+
+
+def age(*paths: Path, mtime_ns: int = PAST_NS) -> None:
+    """Give files an old modification time, as files not edited for a while have."""
+    for path in paths:
+        os.utime(path, ns=(mtime_ns, mtime_ns))
+
+
+def snap(src: Path, dest: Path, store: Path) -> int:
+    """Snapshot ``src`` into ``dest`` through ``store``; returns how many files were linked."""
+    return snapshot_code(src, dest, 10**9, store=store).linked
+
+
+@pytest.fixture
+def src(tmp_path: Path) -> Path:
+    root = tmp_path / "src"
+    tree(root, {"train.py": "print('v1')\n", "pkg/model.py": "M = 1\n", "data.txt": "abc"})
+    age(*(p for p in root.rglob("*") if p.is_file()))
+    return root
+
+
+def test_unchanged_files_are_linked_not_copied(src: Path, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    assert snap(src, tmp_path / "a", store) == 0  # first time: copied into the store
+    assert snap(src, tmp_path / "b", store) == 3
+    for name in ("train.py", "pkg/model.py", "data.txt"):
+        first, second = (tmp_path / "a" / name).stat(), (tmp_path / "b" / name).stat()
+        assert first.st_ino == second.st_ino  # one copy, two snapshots
+        assert second.st_nlink == 3  # the store's entry and the two snapshots
+        assert first.st_ino != (src / name).stat().st_ino  # never the user's own file
+        assert (tmp_path / "b" / name).read_bytes() == (src / name).read_bytes()
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["same size, new mtime", "same mtime, new size", "same size and mtime", "replaced"],
+)
+def test_a_changed_file_is_taken_anew(src: Path, tmp_path: Path, change: str) -> None:
+    store = tmp_path / "store"
+    snap(src, tmp_path / "a", store)
+    path = src / "train.py"
+    if change == "same size, new mtime":
+        path.write_text("print('v2')\n")
+        age(path, mtime_ns=PAST_NS + 10**9)
+    elif change == "same mtime, new size":
+        path.write_text("print('v22')\n")
+        age(path)
+    elif change == "same size and mtime":  # restored times (cp -p, rsync -t): ctime tells
+        path.write_text("print('v2')\n")
+        age(path)
+    else:  # an editor's save: a new file renamed over the old one
+        (src / "new.tmp").write_text("print('v2')\n")
+        age(src / "new.tmp")
+        os.replace(src / "new.tmp", path)
+    assert snap(src, tmp_path / "b", store) == 2
+    assert (tmp_path / "a" / "train.py").read_text() == "print('v1')\n"
+    assert (tmp_path / "b" / "train.py").read_text() == path.read_text()
+    assert snap(src, tmp_path / "c", store) == 3  # and the new version is kept from now on
+    assert (tmp_path / "c" / "train.py").read_text() == path.read_text()
+
+
+def test_editing_the_source_after_the_snapshot_leaves_the_job_copy(
+    src: Path, tmp_path: Path
+) -> None:
+    store = tmp_path / "store"
+    snap(src, tmp_path / "a", store)
+    snap(src, tmp_path / "b", store)
+    with open(src / "train.py", "r+") as file:  # edited in place: the same inode
+        file.write("print('v9')\n")
+    assert (tmp_path / "a" / "train.py").read_text() == "print('v1')\n"
+    assert (tmp_path / "b" / "train.py").read_text() == "print('v1')\n"
+    assert snap(src, tmp_path / "c", store) == 2
+    assert (tmp_path / "c" / "train.py").read_text() == "print('v9')\n"
+
+
+def test_an_entry_written_through_a_link_is_not_handed_out(src: Path, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    snap(src, tmp_path / "a", store)
+    (tmp_path / "a" / "train.py").write_text("print('mine')\n")  # through the link
+    assert snap(src, tmp_path / "b", store) == 2
+    assert (tmp_path / "b" / "train.py").read_text() == "print('v1')\n"
+
+
+def test_files_written_just_now_are_copied_every_time(tmp_path: Path) -> None:
+    src, store = tmp_path / "src", tmp_path / "store"
+    tree(src, {"fresh.py": "x = 1\n"})  # within one clock tick of another write
+    assert snap(src, tmp_path / "a", store) == 0
+    assert snap(src, tmp_path / "b", store) == 0
+    assert (tmp_path / "a" / "fresh.py").stat().st_ino != (
+        tmp_path / "b" / "fresh.py"
+    ).stat().st_ino
+    assert not any((store / "objects").rglob("*/*"))
+
+
+def test_modes_and_times_are_kept(src: Path, tmp_path: Path) -> None:
+    (src / "run.sh").write_text("#!/bin/sh\n")
+    (src / "run.sh").chmod(0o750)
+    (src / "ro.txt").write_text("r")
+    (src / "ro.txt").chmod(0o444)
+    age(src / "run.sh", src / "ro.txt")
+    store = tmp_path / "store"
+    for dest in (tmp_path / "a", tmp_path / "b"):
+        snap(src, dest, store)
+        assert (dest / "run.sh").stat().st_mode & 0o777 == 0o750
+        assert (dest / "ro.txt").stat().st_mode & 0o777 == 0o644  # owner-writable, as before
+        assert (dest / "train.py").stat().st_mtime_ns == PAST_NS
+    (src / "run.sh").chmod(0o700)  # a new mode is a new entry
+    snap(src, tmp_path / "c", store)
+    assert (tmp_path / "c" / "run.sh").stat().st_mode & 0o777 == 0o700
+    assert (tmp_path / "b" / "run.sh").stat().st_mode & 0o777 == 0o750
+
+
+# Snapshots on a thread and kills itself with SIGKILL as soon as a copy into the store is
+# under way (a 48 MB file takes long enough to copy for the poll to see it).
+_SNAPSHOT_KILLED_MIDWAY = """
+import os, signal, sys, threading
+from pathlib import Path
+from ferry.packaging.snapshot import snapshot_code
+src, dest, store = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+worker = threading.Thread(target=snapshot_code, args=(src, dest, 10**10, (), store))
+worker.start()
+while worker.is_alive():
+    if os.path.isdir(store / "tmp") and os.listdir(store / "tmp"):
+        os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_snapshot_killed_midway_leaves_nothing_broken(tmp_path: Path) -> None:
+    src, store = tmp_path / "src", tmp_path / "store"
+    blob = os.urandom(1 << 20) * 48
+    tree(src, {"weights.bin": blob, **{f"m{i:03}.py": f"x = {i}\n" for i in range(100)}})
+    age(*src.iterdir())
+    argv = [str(src), str(tmp_path / "a"), str(store)]
+    killed = subprocess.run([sys.executable, "-c", _SNAPSHOT_KILLED_MIDWAY, *argv], timeout=120)
+    assert killed.returncode == -signal.SIGKILL
+    assert any((store / "tmp").iterdir())  # the copy it was making is left half done
+    for number, dest in enumerate((tmp_path / "b", tmp_path / "c")):
+        linked = snap(src, dest, store)
+        assert copied(dest) == {p.name for p in src.iterdir()}
+        for path in src.iterdir():
+            assert (dest / path.name).read_bytes() == path.read_bytes()
+        assert number == 0 or linked == 101
+
+
+def test_prune_removes_unlinked_entries_and_crashed_copies(src: Path, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    snap(src, tmp_path / "a", store)
+    (store / "tmp" / "123-crashed").write_text("half")
+    kept = CodeStore(store)
+    assert kept.prune(after=0) == 1  # the crashed copy; the entries are still linked
+    for path in (tmp_path / "a").rglob("*"):
+        if path.is_file():
+            path.unlink()
+    assert kept.prune(after=0) == 3  # no snapshot links them any more
+    assert snap(src, tmp_path / "b", store) == 0
+
+
+def test_prune_runs_at_most_once_per_period(src: Path, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    snap(src, tmp_path / "a", store)  # prunes (the first time), then not for an hour
+    (store / "tmp" / "123-crashed").write_text("half")
+    assert CodeStore(store).prune(after=PRUNE_AFTER_S) == 0
+    assert (store / "tmp" / "123-crashed").exists()
