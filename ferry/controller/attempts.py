@@ -716,7 +716,7 @@ def _watch(
                 store.update_job(job.id, heartbeat_at=time.time())
                 last_beat = mono
                 # metrics reach the store every heartbeat while the job runs; printed ones too,
-                # unless the script reports through runtime.report
+                # under the names the script does not report through runtime.report
                 observer.read()
                 alerted = observer.check()
             else:

@@ -12,7 +12,7 @@ from ferry.runtime.ingest import HypertuneReader, MetricsReader
 from ferry.runtime.printed import PrintedMetricsReader
 from ferry.store import Job, Store
 from ferry.telemetry import ALERT_PREFIX
-from ferry.telemetry.alerts import Alert, AlertMonitor, Point, Rules
+from ferry.telemetry.alerts import Alert, AlertMonitor, Point, Rules, objective_name
 from ferry.telemetry.notify import Notifier
 
 TENSORBOARD_RUN = "ferry"  # the run (sub-folder of FERRY_TENSORBOARD_DIR) Ferry writes
@@ -52,16 +52,18 @@ class Observer:
         self.stop_on_alert = alerts.get("on_alert") == "stop"
         self.stopped_by: Alert | None = None  # the alert that ended the attempt
         self.preempted_by: str | None = None  # who preempted it (ferry preempt, simulate)
-        self.reader = MetricsReader(store, job.id, attempt, metrics_file, self._points)
+        self.reader = MetricsReader(store, job.id, attempt, metrics_file, self._reported)
         self.printed = PrintedMetricsReader(
-            store, job.id, attempt, log_path, spec.get("metrics") or {}, self._points
+            store, job.id, attempt, log_path, spec.get("metrics") or {}, self._printed
         )
         self.hypertune = (
-            HypertuneReader(store, job.id, attempt, hypertune_file, self._points)
+            HypertuneReader(store, job.id, attempt, hypertune_file, self._reported)
             if hypertune_file
             else None
         )
-        self.monitor = AlertMonitor(Rules.from_spec(alerts), memory_limit(job), time.time())
+        self.monitor = AlertMonitor(
+            Rules.from_spec(alerts), memory_limit(job), time.time(), objective_name(spec)
+        )
         self.tensorboard = (
             EventWriter(tensorboard_dir / TENSORBOARD_RUN, f"attempt{attempt}")
             if (spec.get("tracking") or {}).get("tensorboard", True)
@@ -69,8 +71,12 @@ class Observer:
         )
         self._samplers: list[Any] | None = None
 
-    def _points(self, points: list[Point]) -> None:
+    def _reported(self, points: list[Point]) -> None:
         self.monitor.saw_points(points, time.time())
+        self._export(points)
+
+    def _printed(self, points: list[Point]) -> None:
+        self.monitor.saw_points(points, time.time(), printed=True)
         self._export(points)
 
     def _export(self, points: list[Point]) -> None:
@@ -82,14 +88,17 @@ class Observer:
             self.store.add_event(self.job.id, f"TensorBoard export stopped: {exc!r}")
             self.tensorboard = None
 
-    def read(self) -> None:
-        """Store what the script reported or printed since the last call. Printed metrics
-        are read only while the script reports nothing through runtime.report()."""
+    def read(self, final: bool = False) -> None:
+        """Store what the script reported or printed since the last call (``final``: all of
+        it, the script has exited). A printed metric is stored only under a name the script
+        does not report (through runtime.report or cloudml-hypertune)."""
         self.reader.read()
+        reported = self.reader.names
         if self.hypertune:
             self.hypertune.read()
+            reported = reported | self.hypertune.names
         before = self.printed.offset
-        self.printed.read(generic=self.reader.points == 0)
+        self.printed.read(reported, final)
         if self.printed.offset != before:
             self.monitor.saw_output(time.time())
         self._flush()
@@ -129,7 +138,7 @@ class Observer:
 
     def finish(self) -> None:
         """The attempt ended: take its last metrics, and raise what they show."""
-        self.read()
+        self.read(final=True)
         self.check()
 
     def _flush(self) -> None:

@@ -32,10 +32,12 @@ class Follower:
         self.attempt = attempt
         self.path = path
         self.listener = listener
+        self.names: set[str] = set()  # the metric names stored so far
 
     def keep(self, points: list[Point]) -> int:
         """Store ``points``; returns how many."""
         self.store.add_metrics(self.job_id, self.attempt, points)
+        self.names.update(point[3] for point in points)
         if self.listener and points:
             self.listener(points)
         return len(points)
@@ -45,7 +47,6 @@ class MetricsReader(Follower):
     """Follows one attempt's metrics file."""
 
     offset = 0
-    points = 0
 
     def read(self) -> int:
         """Store the complete lines written since the last call; returns the points stored."""
@@ -75,7 +76,6 @@ class MetricsReader(Follower):
             self.keep(points)
             self.offset += end + 1
             stored += len(points)
-            self.points += len(points)
             if len(data) < CHUNK:
                 return stored
 

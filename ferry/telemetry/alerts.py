@@ -4,11 +4,17 @@ The monitor is fed what the supervisor already sees: metric points as they are s
 the growth of the job's log, and telemetry samples. ``due()`` returns the alerts that
 became true since the last call. Each rule fires once per episode: a NaN once per metric,
 a stall or a low-utilisation spell once until progress or utilisation comes back.
+
+The NaN rule watches the metrics that say whether training is healthy: every metric the
+script reports (runtime.report, cloudml-hypertune), and, of the numbers it only prints, the
+losses (``is_loss_name``) and the sweep's objective. Any other printed number may be
+infinite by design (LightGBM's ``best gain: -inf``).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +27,31 @@ _INPUT_HINT = (
     "the input pipeline is likely the bottleneck: use more DataLoader workers (num_workers),"
     " pin_memory and prefetching, or a larger batch"
 )
+
+
+# the words of a metric name that mean a loss: loss, val_loss, train/loss, trainLoss, nll
+_LOSS_WORDS = frozenset({"loss", "losses", "nll"})
+_WORD_BREAK = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Za-z])(?=[0-9])|[^A-Za-z0-9]+")
+_DIRECTIONS = frozenset({"min", "max", "minimize", "maximize"})
+
+
+def is_loss_name(name: str) -> bool:
+    """Whether the metric ``name`` is a loss: one of its words (split at punctuation, at
+    camelCase humps and before digits) is ``loss``, ``losses`` or ``nll``."""
+    return any(word.lower() in _LOSS_WORDS for word in _WORD_BREAK.split(name))
+
+
+def objective_name(spec: dict[str, Any]) -> str | None:
+    """The metric a sweep optimises (``sweep.objective``: ``"val_loss:min"``, ``"val_loss"``
+    or ``{name: val_loss, ...}``), or None when the spec has no sweep or an unreadable one."""
+    sweep = spec.get("sweep")
+    objective = sweep.get("objective") if isinstance(sweep, dict) else None
+    if isinstance(objective, dict):
+        objective = objective.get("name") or objective.get("metric")
+    if not isinstance(objective, str) or not objective.strip():
+        return None
+    name, colon, direction = objective.strip().rpartition(":")
+    return name if colon and direction.lower() in _DIRECTIONS else objective.strip()
 
 
 @dataclass(frozen=True)
@@ -66,6 +97,7 @@ class AlertMonitor:
     rules: Rules
     memory_limit: float  # bytes the job may hold before it risks being killed
     started: float  # when the attempt started (time.time())
+    objective: str | None = None  # the sweep's objective, watched even when only printed
     last_progress: float = 0.0
     stalled: bool = False
     nan_seen: set[str] = field(default_factory=set)
@@ -79,12 +111,18 @@ class AlertMonitor:
     def __post_init__(self) -> None:
         self.last_progress = self.started
 
-    def saw_points(self, points: Iterable[Point], now: float) -> None:
-        """Metric points the script reported (or printed)."""
+    def saw_points(self, points: Iterable[Point], now: float, printed: bool = False) -> None:
+        """Metric points the script reported, or ``printed``: of these, only the losses and
+        the objective are watched for NaN."""
         progressed = False
         for rank, step, _t, name, value in points:
             progressed = True
-            if self.rules.nan and not math.isfinite(value) and name not in self.nan_seen:
+            if (
+                self.rules.nan
+                and not math.isfinite(value)
+                and name not in self.nan_seen
+                and (not printed or name == self.objective or is_loss_name(name))
+            ):
                 self.nan_seen.add(name)
                 at = f" at step {step}" if step is not None else ""
                 who = f" (rank {rank})" if rank else ""

@@ -92,13 +92,27 @@ def test_printed_metrics_are_understood(home: Path, project: Path) -> None:
     assert summary["val_loss"]["last"] == 0.125
 
 
-def test_a_script_that_reports_is_not_also_parsed(home: Path, project: Path) -> None:
+def test_a_script_that_reports_keeps_only_the_printed_metrics_it_never_reports(
+    home: Path, project: Path
+) -> None:
+    # it prints what it reports as it goes (read while it runs: every heartbeat), and at the
+    # end a JSON line with a name it never reported
     (project / "both.py").write_text(
-        "from ferry import runtime\nruntime.report(step=1, loss=0.5)\nprint('loss=0.9 extra=1')\n"
+        "import json, time\n"
+        "from ferry import runtime\n"
+        "for step in range(1, 31):\n"
+        "    runtime.report(step=step, loss=1 / step)\n"
+        "    print(f'epoch={step}/30 loss={1 / step:.4f} lr=0.01', flush=True)\n"
+        "    time.sleep(0.1)\n"
+        "print(json.dumps({'val_loss': 0.12}))\n"
     )
     assert ferry("run", "--", "python", "both.py", cwd=project).returncode == 0
     summary = {m["name"]: m for m in ferry_json("metrics", ferry_json("jobs")[0]["id"])}
-    assert set(summary) == {"loss"} and summary["loss"]["points"] == 1
+    # the reported steps are the job's step axis: no total read from epoch=N/30
+    assert set(summary) == {"loss", "lr", "val_loss"}
+    assert summary["loss"]["points"] == 30 and summary["loss"]["last"] == pytest.approx(1 / 30)
+    assert summary["lr"]["points"] == 30 and summary["lr"]["last_step"] == 30
+    assert summary["val_loss"]["points"] == 1 and summary["val_loss"]["last"] == 0.12
 
 
 def test_a_metric_pattern_without_a_group_is_refused(home: Path, project: Path) -> None:

@@ -156,3 +156,41 @@ def test_the_sampler_measures_the_proportional_share_of_forked_workers() -> None
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def test_printed_numbers_alert_only_when_they_say_whether_training_is_healthy() -> None:
+    m = AlertMonitor(Rules(), memory_limit=8 * GB, started=1000.0, objective="val_auc")
+    printed = [
+        (0, None, 1001.0, "gain", -math.inf),  # LightGBM's "best gain: -inf" is no divergence
+        (0, None, 1001.0, "grad_norm", math.inf),
+        (0, 3, 1001.0, "val_loss", math.nan),  # a loss, by its words
+        (0, 3, 1001.0, "trainLoss", math.inf),
+        (0, 3, 1001.0, "nll", math.nan),
+        (0, 3, 1001.0, "val_auc", math.nan),  # the sweep's objective
+        (0, 3, 1001.0, "glossary", math.nan),  # "loss" inside another word is not a loss
+    ]
+    m.saw_points(printed, 1001.0, printed=True)
+    named = [a.message.split(" is ")[0] for a in m.due(1001.0)]
+    assert named == ["val_loss", "trainLoss", "nll", "val_auc"]
+    m.saw_points([(0, 4, 1002.0, "grad_norm", math.inf)], 1002.0)  # reported: always watched
+    [alert] = m.due(1002.0)
+    assert alert.message.startswith("grad_norm is infinite at step 4")
+
+
+def test_which_names_mean_a_loss() -> None:
+    from ferry.telemetry.alerts import is_loss_name
+
+    for name in ("loss", "val_loss", "train/loss", "trainLoss", "loss_cls", "losses", "nll"):
+        assert is_loss_name(name), name
+    for name in ("gain", "glossary", "lossless", "accuracy", "val_acc", "lr"):
+        assert not is_loss_name(name), name
+
+
+def test_the_sweep_objective_is_read_defensively_from_the_spec() -> None:
+    from ferry.telemetry.alerts import objective_name
+
+    assert objective_name({"sweep": {"objective": "val_loss:min"}}) == "val_loss"
+    assert objective_name({"sweep": {"objective": "accuracy"}}) == "accuracy"
+    assert objective_name({"sweep": {"objective": {"name": "f1", "direction": "max"}}}) == "f1"
+    for spec in ({}, {"sweep": None}, {"sweep": "x"}, {"sweep": {"objective": 3}}, {"sweep": []}):
+        assert objective_name(spec) is None

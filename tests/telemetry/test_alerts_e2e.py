@@ -187,3 +187,23 @@ def test_values_at_the_very_end_and_out_of_range_are_handled(home: Path, project
 
     scalars = read_scalars(Path(status["outputs"]) / "tensorboard" / "ferry")
     assert scalars["loss"][0] == (1, float("inf"))
+
+
+def test_a_lightgbm_warning_is_neither_a_metric_nor_a_divergence(home: Path, project: Path) -> None:
+    # LightGBM prints this on stdout, many times over, in healthy runs; the job trains for a
+    # few heartbeats so that a wrong alert would stop it while it runs
+    (project / "boost.py").write_text(
+        "import time\n"
+        "for it in range(1, 31):\n"
+        "    print('[LightGBM] [Warning] No further splits with positive gain, best gain: -inf',"
+        " flush=True)\n"
+        "    print(f'iter={it} binary_logloss={1 / it:.4f}', flush=True)\n"
+        "    time.sleep(0.1)\n"
+    )
+    result = ferry("run", "--on-alert", "stop", "--", "python", "boost.py", cwd=project)
+    assert result.returncode == 0, result.stderr
+    job_id = ferry_json("jobs")[0]["id"]
+    assert job_status(job_id)["status"] == "SUCCEEDED"
+    assert not [e for e in events(job_id) if e.startswith("alert:")]
+    names = {m["name"] for m in ferry_json("metrics", job_id)}
+    assert "gain" not in names and "binary_logloss" in names
