@@ -196,6 +196,12 @@ def overrides_from(args: argparse.Namespace, command: list[str] | None) -> dict[
 
 
 def run(args: argparse.Namespace) -> int:
+    import gc
+
+    # Importing pydantic and the controller makes objects by the hundred thousand, which the
+    # collector would scan over and over (and once more at exit) for no garbage: it is off
+    # until the job is submitted, then all of them are frozen out of its sight.
+    gc.disable()
     from ferry.controller import exit_status, submit
     from ferry.spec import load_spec
 
@@ -207,6 +213,8 @@ def run(args: argparse.Namespace) -> int:
     store = open_store()
     _price_check(spec, store, args.yes)
     job = submit(spec, store=store)
+    gc.freeze()
+    gc.enable()  # following a job for days makes garbage
     if args.detach:
         print(job.id)
         eprint(f"ferry: submitted {job.id}; follow it with: ferry logs -f {job.id}")

@@ -566,13 +566,13 @@ def _end(
 
 def _stage_inputs(store: Store, job: Job) -> dict[str, str]:
     """Bring the job's inputs to this machine; returns name -> what FERRY_INPUT_<NAME> holds."""
-    from ferry.storage.cache import InputCache
-    from ferry.storage.staging import stage_input
-    from ferry.units import format_size
-
     items = (job.spec.get("inputs") or {}).items()
     if not items:
         return {}
+    from ferry.storage.cache import InputCache
+    from ferry.storage.staging import stage_input  # fsspec: only for jobs with inputs
+    from ferry.units import format_size
+
     cache = InputCache(config.ferry_home() / "cache")
     progress = _StagingProgress(Path(job.job_dir) / STAGING_FILE)
     staged: dict[str, str] = {}
