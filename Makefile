@@ -1,18 +1,28 @@
-# The README's commands. Bootstrapping is idempotent: .venv is rebuilt only when
-# pyproject.toml changes, so a second `make test` starts at once.
+# The README's commands. Bootstrapping is idempotent: packages are installed again only
+# when pyproject.toml changes, so a second `make demo` or `make test` starts at once.
+# `make demo` installs Ferry and what the example needs; `make test` the whole dev set.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+PIP := $(PY) -m pip install -q --disable-pip-version-check --config-settings editable_mode=compat
 STAMP := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed-demo
 # pytest-xdist workers: the suite spawns real supervisors and jobs, so one worker per core.
 WORKERS ?= 2
 
 .PHONY: demo test bench lint format venv clean
 
-$(STAMP): pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]' --config-settings editable_mode=compat
-	touch $(STAMP)
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+# the dev set holds the example's extras too, so it stands for both
+$(STAMP): pyproject.toml | $(PY)
+	$(PIP) -e '.[dev]'
+	touch $(STAMP) $(DEMO_STAMP)
+
+$(DEMO_STAMP): pyproject.toml | $(PY)
+	$(PIP) -e '.[example]'
+	touch $(DEMO_STAMP)
 
 # Azurite, Microsoft's Azure Blob emulator (npm), for the az:// tests.
 AZURITE := $(VENV)/node/node_modules/.bin/azurite-blob
@@ -22,7 +32,7 @@ $(AZURITE): $(STAMP)
 
 venv: $(STAMP)
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	@$(PY) examples/digits/demo.py
 
 test: $(STAMP) $(AZURITE)

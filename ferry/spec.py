@@ -1,6 +1,6 @@
 """JobSpec: what the user asks for, from a YAML file and CLI flags (flags win).
 
-Every field of DESIGN.md's job spec is here. Sizes, durations and accelerators are parsed
+Every field of the job spec (docs/spec.md) is here. Sizes, durations and accelerators are parsed
 into plain values (bytes, seconds, ``"A100:1"``) so the stored spec is unambiguous. Invalid
 input raises :class:`ferry.errors.SpecError` naming the field and what would be valid;
 a backend that cannot honour a field refuses the job itself (nothing is silently ignored).
@@ -158,16 +158,42 @@ class Retries(_Model):
         raise ValueError(f"expected exit codes from 1 to 255, such as [3, 134], not {value!r}")
 
 
+def working_folder_patterns(value: object) -> tuple[str, ...]:
+    """Globs of files in the job's working folder (``snapshot.pt``, ``ckpt/*.pt``): relative
+    paths that stay inside it."""
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"expected a list of file patterns such as [snapshot.pt], not {value!r}")
+    for pattern in value:
+        parts = pattern.replace("\\", "/").split("/")
+        if not pattern.strip() or pattern.startswith(("/", "~")) or ".." in parts:
+            raise ValueError(
+                f"{pattern!r} is not a path inside the working folder: use a relative path "
+                "such as snapshot.pt or ckpt/*.pt"
+            )
+    return tuple(value)
+
+
 class Checkpoint(_Model):
-    """A hint to the runtime: how often the script should save, and how many to keep."""
+    """A hint to the runtime: how often the script should save, how many to keep, and which
+    files of the working folder are checkpoint state."""
 
     every: float | None = None  # seconds
     keep: int = Field(default=3, ge=1, le=10_000)  # runtime.checkpoint keeps the last K
+    # files the script keeps in its working folder (snapshot.pt): saved with the
+    # checkpoints and put back before the next attempt, on whatever machine it runs
+    paths: tuple[str, ...] = ()
 
     @field_validator("every", mode="before")
     @classmethod
     def _every(cls, value: object) -> float | None:
         return None if value is None else parse_duration(value)
+
+    @field_validator("paths", mode="before")
+    @classmethod
+    def _paths(cls, value: object) -> tuple[str, ...]:
+        return working_folder_patterns(value)
 
 
 def _optional_duration(value: object) -> float | None:
@@ -330,6 +356,8 @@ class JobSpec(_Model):
     resources: Resources = Resources()
     inputs: dict[str, Input] = {}
     outputs: str | None = None
+    # an outputs place that already holds files is refused unless this is set
+    outputs_exist_ok: bool = False
     hyperparameters: dict[str, Any] = {}
     env: dict[str, str] = {}
     secrets: tuple[str, ...] = ()
@@ -362,6 +390,11 @@ class JobSpec(_Model):
                 "(at most 63, starting with a letter or digit)"
             )
         return value
+
+    @field_validator("collect", mode="before")
+    @classmethod
+    def _collect(cls, value: object) -> tuple[str, ...]:
+        return working_folder_patterns(value)
 
     @field_validator("command", mode="before")
     @classmethod

@@ -1,7 +1,7 @@
 """Job and attempt states, and the one table of allowed job transitions.
 
-The controller is the only writer of a job's status; every change goes through
-:func:`check_transition` and a guarded update in the store.
+The controller is the only writer of a job's status; every change is a guarded update in
+the store, which moves a job only along :data:`TRANSITIONS` (``Store.transition``).
 """
 
 from __future__ import annotations

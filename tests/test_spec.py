@@ -18,7 +18,7 @@ from ferry.accelerators import parse_accelerator
 from ferry.errors import SpecError, UsageError
 from ferry.spec import JobSpec, load_spec, merge, read_spec_file, spec_from_dict
 
-# The job spec of DESIGN.md, every field.
+# The job spec of docs/spec.md, every field.
 FULL_SPEC = """\
 name: digits-cnn
 code: .

@@ -64,6 +64,12 @@ def register(subparsers: Any) -> None:
         "--outputs", metavar="URI", help="where results go (default: outputs_root/{job_id})"
     )
     p.add_argument(
+        "--outputs-exist-ok",
+        action="store_true",
+        default=None,
+        help="allow --outputs to hold files already (the manifest lists only this job's)",
+    )
+    p.add_argument(
         "--env", action="append", metavar="KEY=VALUE", help="environment variable (repeatable)"
     )
     p.add_argument(
@@ -135,7 +141,7 @@ def _number(value: Any) -> Any:
 def overrides_from(args: argparse.Namespace, command: list[str] | None) -> dict[str, Any]:
     """Spec fields set by flags."""
     out: dict[str, Any] = {}
-    for key in ("name", "code", "backend", "outputs", "shell"):
+    for key in ("name", "code", "backend", "outputs", "outputs_exist_ok", "shell"):
         if getattr(args, key) is not None:
             out[key] = getattr(args, key)
     resources = {

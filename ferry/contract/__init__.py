@@ -1,1 +1,1 @@
-"""What a running job sees: environment variables and folders (DESIGN.md, the contract)."""
+"""What a running job sees: environment variables and folders (docs/contract.md)."""

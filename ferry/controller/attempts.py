@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from ferry.backends.local import LocalAttempt
     from ferry.contract.env import JobDirs
     from ferry.storage.outputs import OutputSync
+    from ferry.storage.workdir import WorkdirState
     from ferry.telemetry.notify import Notifier
 
 
@@ -191,6 +192,7 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
     from ferry.contract import sagemaker
     from ferry.contract.env import JobDirs, contract_env
     from ferry.storage.outputs import OutputSync
+    from ferry.storage.workdir import WORKDIR, WorkdirState, fresh_workdir
 
     job = store.get_job(job_id)
     # Recorded with each attempt; before the first, START_TIMEOUT covers a vanished supervisor.
@@ -218,6 +220,12 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
     preempt_every = (spec.get("simulate") or {}).get("preempt_every")
     contract = spec.get("contract", "ferry")
     opt_ml = Path(job.job_dir) / "opt_ml"
+    state = WorkdirState(
+        Path(job.job_dir) / WORKDIR,
+        dirs.checkpoints,
+        tuple((spec.get("checkpoint") or {}).get("paths") or ()),
+        Path(job.job_dir) / "code",
+    )
     try:
         dirs.create()
     except OSError as exc:
@@ -256,6 +264,8 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
                 store, job_id, attempt.number, AttemptStatus.FAILED, _S.FAILED, str(exc), None, sync
             )
             return True
+        behind = state.harvest() if attempt.number > 1 else []
+        fetched = 0
         if sync.remote:
             try:  # a fresh machine resumes from the bucket's checkpoints
                 fetched = sync.pull_checkpoints()
@@ -264,6 +274,18 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
             else:
                 if fetched:
                     store.add_event(job_id, f"checkpoints: {fetched} files fetched")
+        try:  # a fresh working folder, as on a new machine, with the declared state back
+            fresh_workdir(Path(job.job_dir) / "code", state.workdir)
+            restored = state.restore()
+        except OSError as exc:
+            Path(attempt.log_path).write_text("")
+            reason = f"cannot prepare the working folder {state.workdir}: {exc}"
+            _end(store, job_id, attempt.number, AttemptStatus.FAILED, _S.FAILED, reason, None, sync)
+            return True
+        if attempt.number > 1:
+            store.add_event(
+                job_id, _starting_point(attempt.number, dirs, sync, fetched, restored, behind)
+            )
         env = {
             **base_env,
             **contract_env(
@@ -309,7 +331,7 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
             job=job,
             attempt=attempt.number,
             argv=argv,
-            cwd=str(Path(job.job_dir) / "code"),
+            cwd=str(state.workdir),
             env=env,
             log_path=attempt.log_path,
         )
@@ -343,11 +365,24 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
                 return False
         cap = CostCap(max_cost, spent, attempt.price, attempt.started_at)
         outcome, code = _watch(
-            store, job, running, control, grace, max_runtime, sync, observer, preempt_every, cap
+            store,
+            job,
+            running,
+            control,
+            grace,
+            max_runtime,
+            _LiveSync(sync, state),
+            observer,
+            preempt_every,
+            cap,
         )
         if attempt.price:  # what it cost, as it ended (a free one stays at 0)
             store.update_attempt(job_id, attempt.number, cost=attempt.cost_at(time.time()))
         observer.finish()  # what the script reported last
+        try:  # checkpoint.paths: the files as the attempt left them, with the checkpoints
+            state.save(final=True)
+        except OSError as exc:
+            store.add_event(job_id, f"saving checkpoint.paths files failed: {exc}")
         if sync.remote:  # a checkpoint saved on the notice reaches the bucket before a resume
             try:
                 sync.sync(("checkpoints",))
@@ -414,7 +449,7 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
             ending = (AttemptStatus.FAILED, _S.FAILED, reason)
         failed_exit = ending[0] is AttemptStatus.FAILED and outcome == "exited"
         if outcome == "preempted" and resume:
-            why = f"{reason}; resuming from the latest checkpoint"
+            why = f"{reason}; starting attempt {attempt.number + 1}"
         elif failed_exit and shell_code(code) in retried_codes and not marker:
             retried += 1
             if retried > MAX_CODE_RETRIES:
@@ -444,6 +479,43 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
             continue
         if outcome != "preempted":  # capacity comes back at once here; errors wait a little
             _backoff(store, job_id, max(errors, retried, 1), control)
+
+
+def _starting_point(
+    number: int,
+    dirs: JobDirs,
+    sync: OutputSync,
+    fetched: int,
+    restored: list[tuple[str, int]],
+    behind: list[str],
+) -> str:
+    """What attempt ``number`` resumes from, in words: a checkpoint (from the bucket or the
+    job's checkpoint folder), working-folder files (checkpoint.paths), or nothing."""
+    from ferry.storage.workdir import latest_checkpoint, other_checkpoint_files
+    from ferry.units import format_size
+
+    where = f"from {sync.target.child('checkpoints').uri}" if fetched else f"in {dirs.checkpoints}"
+    parts = []
+    step = latest_checkpoint(dirs.checkpoints)
+    if step is not None:
+        parts.append(f"checkpoint step {step} {where}")
+    elif (others := other_checkpoint_files(dirs.checkpoints)) > 0:
+        parts.append(f"{others} files of its own checkpoint folder {where}")
+    if restored:
+        shown = ", ".join(f"{name} ({format_size(size)})" for name, size in restored[:3])
+        more = f" and {len(restored) - 3} more" if len(restored) > 3 else ""
+        parts.append(f"{shown}{more} put back in its working folder (checkpoint.paths)")
+    if parts:
+        text = f"attempt {number} starts from " + " and ".join(parts)
+    else:
+        text = f"attempt {number} starts over: no checkpoint was saved"
+    if behind:
+        names = ", ".join(behind[:3]) + (", ..." if len(behind) > 3 else "")
+        text += (
+            f"; the last attempt also left {names} in its working folder, which a new "
+            "attempt does not get (list such files in checkpoint.paths to resume from them)"
+        )
+    return text
 
 
 def _in_container_paths(
@@ -489,8 +561,10 @@ def _in_container_paths(
         for name, path in inputs.items()
         if "://" not in path and "://" not in job.spec["inputs"][name]["uri"]
     )
+    from ferry.storage.workdir import WORKDIR
+
     return cp.wrap(
-        argv, str(Path(job.job_dir) / "code"), Path(job.job_dir) / "root", binds, local_inputs
+        argv, str(Path(job.job_dir) / WORKDIR), Path(job.job_dir) / "root", binds, local_inputs
     )
 
 
@@ -552,9 +626,13 @@ def _end(
         job = store.get_job(job_id)
         patterns = job.spec.get("collect") or []
         if patterns:
-            sync.collect(Path(job.job_dir) / "code", patterns)
+            from ferry.storage.workdir import WORKDIR
+
+            sync.collect(Path(job.job_dir) / WORKDIR, patterns)
+        from ferry.storage.occupancy import read_before
+
         logs = [Path(a.log_path) for a in store.attempts(job_id)]
-        manifest = sync.finish(logs, job_id)
+        manifest = sync.finish(logs, job_id, read_before(Path(job.job_dir)))
         store.add_event(job_id, f"outputs: {len(manifest['files'])} files in {sync.target.uri}")
     except Exception as exc:  # a bucket that refused, a full disk: the job did not deliver
         status = _S.FAILED if status is _S.SUCCEEDED else status
@@ -663,7 +741,7 @@ def _watch(
     control: Control,
     grace: float,
     max_runtime: float | None,
-    sync: OutputSync,
+    live: _LiveSync,
     observer: Observer,
     preempt_every: float | None,
     cap: CostCap,
@@ -677,6 +755,7 @@ def _watch(
     preempt_at = (
         time.monotonic() + preempt_every * random.uniform(0.5, 1.5) if preempt_every else None
     )
+    sync = live.sync
     last_beat = last_control = last_sync = last_sample = time.monotonic()
     sync_every = float(config.get("outputs.sync_interval"))
     last_saved = _mtime(sync.local / "checkpoints")
@@ -686,7 +765,6 @@ def _watch(
     last_budget = time.monotonic()
     # the cap holds even if the script takes the whole grace period to end
     lookahead = sample_every + grace
-    live = _LiveSync(sync)
     try:
         while True:
             now_wall = time.time()
@@ -774,8 +852,9 @@ class _LiveSync:
     """Sends outputs to the bucket on a helper thread, one sync at a time: a checkpoint of
     gigabytes going up never delays a cancel, a preemption notice or the heartbeat."""
 
-    def __init__(self, sync: OutputSync) -> None:
+    def __init__(self, sync: OutputSync, state: WorkdirState) -> None:
         self.sync = sync
+        self.state = state  # checkpoint.paths: copied in before each sync
         self.thread: threading.Thread | None = None
         self._failed: list[str] = []
 
@@ -788,6 +867,7 @@ class _LiveSync:
 
         def run() -> None:
             try:
+                self.state.save(final=False)
                 self.sync.sync()
             except Exception as exc:
                 self._failed.append(f"syncing outputs to {self.sync.target.uri} failed: {exc}")

@@ -171,8 +171,12 @@ class OutputSync:
             copied += 1
         return copied
 
-    def finish(self, logs: list[Path], job_id: str) -> dict[str, Any]:
-        """Copy the logs in, send everything, then write the manifest last."""
+    def finish(
+        self, logs: list[Path], job_id: str, before: dict[str, tuple[int, int]] | None = None
+    ) -> dict[str, Any]:
+        """Copy the logs in, send everything, then write the manifest last. Files that were
+        there before the job, unchanged (``before``: path -> size, mtime), are not its own
+        and stay out of the manifest."""
         log_dir = self.local / "logs"
         log_dir.mkdir(parents=True, exist_ok=True)
         for log in logs:
@@ -192,9 +196,15 @@ class OutputSync:
                 relative = path.relative_to(self.local).as_posix()
                 if relative == MANIFEST:
                     continue
-                files.append(
-                    {"path": relative, "size": path.stat().st_size, "sha256": _sha256(path)}
-                )
+                try:
+                    stat = path.stat()
+                except FileNotFoundError:  # a dangling link
+                    continue
+                if before and before.get(relative) == (stat.st_size, stat.st_mtime_ns):
+                    continue
+                if not path.is_file():
+                    continue
+                files.append({"path": relative, "size": stat.st_size, "sha256": _sha256(path)})
         manifest = {
             "job_id": job_id,
             "complete": True,

@@ -13,7 +13,8 @@ import abc
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from ferry.status import JobStatus
+from ferry.errors import TransitionError
+from ferry.status import JobStatus, sources_of
 from ferry.store.records import Allocation, Attempt, Event, Job, MetricSummary, Spend
 
 # Decides admissions: given the queued jobs (oldest first) and the active ones, returns the
@@ -55,7 +56,6 @@ class Store(abc.ABC):
     ) -> list[Job]:
         """Jobs, newest first, optionally only those in ``statuses``."""
 
-    @abc.abstractmethod
     def transition(
         self,
         job_id: str,
@@ -67,7 +67,8 @@ class Store(abc.ABC):
         supervised_by: tuple[int | None, float | None] | None = None,
         **fields: Any,
     ) -> Job:
-        """Move a job to ``new`` if it is in one of ``expected``; record an event.
+        """Move a job to ``new`` if it is in one of ``expected`` and the transition table
+        (:data:`ferry.status.TRANSITIONS`) allows the move from there; record an event.
 
         With ``supervised_by`` (a supervisor's pid and start time), only if those are
         still the job's: whoever finds a supervisor lost claims its job exactly once.
@@ -77,6 +78,34 @@ class Store(abc.ABC):
         update in the same transaction. Raises TransitionError when the job is in another
         state (and then changes nothing).
         """
+        allowed = frozenset(expected) & sources_of(new)
+        if not allowed:
+            shown = " or ".join(sorted(s.value for s in expected))
+            raise TransitionError(f"a job never moves from {shown} to {new.value}")
+        return self._transition(
+            job_id,
+            new,
+            expected=allowed,
+            reason=reason,
+            attempt=attempt,
+            supervised_by=supervised_by,
+            **fields,
+        )
+
+    @abc.abstractmethod
+    def _transition(
+        self,
+        job_id: str,
+        new: JobStatus,
+        *,
+        expected: frozenset[JobStatus],
+        reason: str | None,
+        attempt: tuple[int, dict[str, Any]] | None,
+        supervised_by: tuple[int | None, float | None] | None,
+        **fields: Any,
+    ) -> Job:
+        """:meth:`transition`'s guarded update, with ``expected`` already narrowed to the
+        states the table allows: one atomic change, or TransitionError and no change."""
 
     @abc.abstractmethod
     def update_job(self, job_id: str, **fields: Any) -> None:

@@ -336,15 +336,15 @@ class SQLiteStore(Store):
             params.append(limit)
         return [_job(r) for r in self._read(sql, params)]
 
-    def transition(
+    def _transition(
         self,
         job_id: str,
         new: JobStatus,
         *,
-        expected: Iterable[JobStatus],
-        reason: str | None = None,
-        attempt: tuple[int, dict[str, Any]] | None = None,
-        supervised_by: tuple[int | None, float | None] | None = None,
+        expected: frozenset[JobStatus],
+        reason: str | None,
+        attempt: tuple[int, dict[str, Any]] | None,
+        supervised_by: tuple[int | None, float | None] | None,
         **fields: Any,
     ) -> Job:
         allowed = [s.value for s in expected]

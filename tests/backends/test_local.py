@@ -323,7 +323,7 @@ def test_contract_environment(home: Path, project: Path) -> None:
     assert env["FERRY_NUM_GPUS"] == "0" == env["SM_NUM_GPUS"]
     assert env["FERRY_NODE_RANK"] == "0" and env["FERRY_NUM_NODES"] == "1"
     assert env["MY_SETTING"] == "on"
-    assert env["cwd"] == str(home / "jobs" / jid / "code")
+    assert env["cwd"] == str(home / "jobs" / jid / "work")  # a fresh copy of the snapshot
 
 
 def test_declared_gpus_are_shared_without_overlap_and_fifo(home: Path, project: Path) -> None:

@@ -102,6 +102,18 @@ class TestStoreContract:
             "by hand",
         )
 
+    def test_moves_outside_the_transition_table_are_refused(self, store: Store) -> None:
+        job_id = new_job(store)
+        with pytest.raises(TransitionError, match="never moves from QUEUED to RUNNING"):
+            store.transition(job_id, S.RUNNING, expected={S.QUEUED})
+        assert store.get_job(job_id).status is S.QUEUED
+        assert [e.new_status for e in store.events(job_id)] == [S.QUEUED]
+        # a wide `expected` is narrowed to the table: a finished job stays finished
+        store.transition(job_id, S.FAILED, expected={S.QUEUED})
+        with pytest.raises(TransitionError):
+            store.transition(job_id, S.FAILED, expected={S.FAILED, S.QUEUED})
+        assert store.get_job(job_id).status is S.FAILED
+
     def test_admit_moves_only_chosen_jobs_with_their_allocation(self, store: Store) -> None:
         for i in range(3):
             new_job(store, f"job-{i}")

@@ -1,0 +1,197 @@
+"""The working folder an attempt runs in, and the files in it that are checkpoint state.
+
+Every attempt starts in a fresh copy of the job's code snapshot, as it would on a new
+machine: nothing a previous attempt left in its working folder is there. Files a script keeps
+in its working folder (the PyTorch DDP tutorial's ``snapshot.pt``) carry over only when
+``checkpoint.paths`` names them: they are copied into ``checkpoints/.ferry-workdir/``, which
+reaches the bucket with the checkpoints, and put back before the next attempt starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+WORKDIR = "work"  # in the job folder: where attempts run
+STATE_FOLDER = ".ferry-workdir"  # in the job's checkpoint folder
+_CHECKPOINT = re.compile(r"^ckpt-(\d+)$")
+_CHECKPOINT_MANIFEST = "MANIFEST.json"  # written last in each ckpt-<step> folder
+
+
+def fresh_workdir(code: Path, work: Path) -> Path:
+    """Replace ``work`` with a copy of the code snapshot ``code``; returns ``work``. The copy
+    is made under a temporary name and renamed, so a crash never leaves half a folder."""
+    if work.exists():
+        shutil.rmtree(work)
+    tmp = work.with_name(f".{work.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    if code.is_dir():
+        shutil.copytree(code, tmp, symlinks=True)
+    else:
+        tmp.mkdir(parents=True)
+    os.replace(tmp, work)
+    return work
+
+
+def _copy(source: Path, target: Path, unchanged: tuple[int, int] | None = None) -> bool:
+    """Copy one file with its times and mode, under a temporary name first. With
+    ``unchanged`` (its size and mtime before), the copy is kept only if the file still has
+    them afterwards: a file being written is not taken half-way. Returns whether it was."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + ".tmp")  # never synced (outputs skip *.tmp)
+    shutil.copy2(source, partial)
+    if unchanged is not None:
+        after = source.stat()
+        if (after.st_size, after.st_mtime_ns) != unchanged:
+            partial.unlink(missing_ok=True)
+            return False
+    os.replace(partial, target)
+    return True
+
+
+@dataclass
+class WorkdirState:
+    """The files of one job's working folder that ``checkpoint.paths`` declares as state."""
+
+    workdir: Path
+    checkpoints: Path  # the job's checkpoint folder (FERRY_CHECKPOINT_DIR)
+    patterns: tuple[str, ...]
+    code: Path  # the code snapshot each working folder starts as
+
+    @property
+    def folder(self) -> Path:
+        """Where the saved copies are kept."""
+        return self.checkpoints / STATE_FOLDER
+
+    def declared(self) -> dict[str, Path]:
+        """The files in the working folder that the patterns match: relative name -> path."""
+        found: dict[str, Path] = {}
+        for pattern in self.patterns:
+            for match in self.workdir.glob(pattern):
+                files = [match] if match.is_file() else (p for p in match.rglob("*") if p.is_file())
+                for path in files:
+                    found[path.relative_to(self.workdir).as_posix()] = path
+        return found
+
+    def saved(self) -> dict[str, Path]:
+        """The copies kept in the checkpoint folder: relative name -> path."""
+        if not self.folder.is_dir():
+            return {}
+        return {
+            p.relative_to(self.folder).as_posix(): p
+            for p in self.folder.rglob("*")
+            if p.is_file() and not p.name.endswith(".tmp")
+        }
+
+    def save(self, final: bool) -> list[str]:
+        """Copy declared files that changed into the checkpoint folder; returns their names.
+
+        While the attempt runs (``final`` false) a file is taken only if it did not change
+        while it was copied, so a copy never catches the script mid-write (write the file
+        under another name and rename it, and no copy is ever missed). When the attempt has
+        ended (``final``) every declared file is taken as it was left, and copies of files
+        the script removed are removed too.
+        """
+        if not self.patterns:
+            return []
+        saved = self.saved()
+        taken: list[str] = []
+        present = self.declared()
+        for name, path in present.items():
+            try:
+                now = path.stat()
+            except FileNotFoundError:
+                continue
+            state = (now.st_size, now.st_mtime_ns)
+            copy = saved.get(name)
+            if copy is not None:
+                kept = copy.stat()
+                if (kept.st_size, kept.st_mtime_ns) == state:
+                    continue  # unchanged since it was saved
+            with contextlib.suppress(FileNotFoundError):  # removed while we copied
+                if _copy(path, self.folder / name, None if final else state):
+                    taken.append(name)
+        if final:
+            for name, copy in saved.items():
+                if name not in present:
+                    copy.unlink(missing_ok=True)
+        return taken
+
+    def harvest(self) -> list[str]:
+        """Before a new attempt: save the declared files from the last attempt's working
+        folder while it is still here (a supervisor that died never saved them), and name
+        the other files it wrote, which the new attempt will not have."""
+        if not self.workdir.is_dir():
+            return []
+        self.save(final=True)
+        return self.left_behind()
+
+    def restore(self) -> list[tuple[str, int]]:
+        """Put the saved copies into the working folder; returns (name, size) of each."""
+        restored: list[tuple[str, int]] = []
+        for name, copy in sorted(self.saved().items()):
+            target = self.workdir / name
+            _copy(copy, target)
+            os.chmod(target, stat.S_IMODE(copy.stat().st_mode) | stat.S_IRUSR | stat.S_IWUSR)
+            restored.append((name, copy.stat().st_size))
+        return restored
+
+    def left_behind(self, most: int = 3) -> list[str]:
+        """Files an attempt wrote or changed in its working folder that no pattern of
+        ``checkpoint.paths`` declares (a fresh machine would not have them). A top-level
+        folder stands for what it holds; one name more than ``most`` means there are more."""
+        return _left_behind(self.workdir, self.code, set(self.declared()), most)
+
+
+def _left_behind(workdir: Path, code: Path, declared: set[str], most: int) -> list[str]:
+    names: list[str] = []
+    for dirpath, dirs, files in os.walk(workdir):
+        dirs.sort()
+        for name in sorted(files):
+            path = Path(dirpath) / name
+            relative = path.relative_to(workdir).as_posix()
+            if relative in declared or "__pycache__" in relative.split("/"):
+                continue
+            original = code / relative
+            try:
+                mine, theirs = path.stat(), original.stat()
+            except FileNotFoundError:
+                pass  # a new file, or a dangling link
+            else:
+                if (mine.st_size, int(mine.st_mtime)) == (theirs.st_size, int(theirs.st_mtime)):
+                    continue
+            top = relative.split("/", 1)[0] + ("/" if "/" in relative else "")
+            if top not in names:
+                names.append(top)
+                if len(names) > most:
+                    return names
+    return names
+
+
+def latest_checkpoint(checkpoints: Path) -> int | None:
+    """The step of the newest complete ``ckpt-<step>`` folder (runtime.checkpoint), if any."""
+    steps = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(checkpoints):
+            match = _CHECKPOINT.match(entry.name)
+            if match and os.path.exists(os.path.join(entry.path, _CHECKPOINT_MANIFEST)):
+                steps.append(int(match.group(1)))
+    return max(steps) if steps else None
+
+
+def other_checkpoint_files(checkpoints: Path) -> int:
+    """Files in the checkpoint folder that are not runtime.checkpoint's own (a framework's
+    or the script's own checkpoints)."""
+    count = 0
+    for dirpath, dirs, files in os.walk(checkpoints):
+        here = Path(dirpath)
+        if here == checkpoints:
+            dirs[:] = [d for d in dirs if not _CHECKPOINT.match(d) and d != STATE_FOLDER]
+        dirs[:] = [d for d in dirs if not d.startswith((".tmp-", ".old-"))]
+        count += sum(1 for name in files if not name.endswith(".tmp"))
+    return count
