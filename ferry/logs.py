@@ -39,6 +39,18 @@ _STDERR_LINE = re.compile(rb"^.{24} E ", re.M)
 _PREFIX = re.compile(rb"^.{24} [OE] ", re.M)
 _STAMP_ONLY = re.compile(rb"^(.{24}) [OE] ", re.M)
 CHUNK = 1 << 20  # followers read at most about this much per step
+STREAMS = ("stdout", "stderr")
+# a whole raw line: of any stream (None), or of one
+_RAW_LINE = {
+    None: re.compile(rb"^.*\n", re.M),
+    "stdout": re.compile(rb"^.{24} O .*\n", re.M),
+    "stderr": re.compile(rb"^.{24} E .*\n", re.M),
+}
+# (timestamp, text with its newline) of one stream's lines
+_TEXT_OF = {
+    "stdout": re.compile(rb"^(.{24}) O (.*\n)", re.M),
+    "stderr": re.compile(rb"^(.{24}) E (.*\n)", re.M),
+}
 
 
 def read_block(path: str, offset: int, limit: int = CHUNK) -> tuple[bytes, int]:
@@ -62,43 +74,52 @@ def read_block(path: str, offset: int, limit: int = CHUNK) -> tuple[bytes, int]:
     return data[: end + 1], offset + end + 1
 
 
-def tail_block(path: str, n: int) -> tuple[bytes, int]:
-    """The last ``n`` complete lines (raw), read from the end; and the file's end offset."""
+def tail_block(path: str, n: int, stream: str | None = None) -> tuple[bytes, int]:
+    """The last ``n`` complete lines (raw), read from the end; only ``stream``'s lines
+    ("stdout" or "stderr") when given. Also returns the file's end offset."""
+    line = _RAW_LINE[stream]
+    pos = size = 0
+    data = b""
+    count = 0  # lines found, not counting the first of ``data`` (cut, unless at the start)
     try:
         with open(path, "rb") as file:
-            size = file.seek(0, 2)
-            data = file.read(0)
-            pos = size
-            while pos > 0 and data.count(b"\n") <= n:
+            size = pos = file.seek(0, 2)
+            while pos > 0 and count < n:
                 step = min(CHUNK, pos)
                 pos -= step
                 file.seek(pos)
-                data = file.read(step) + data
+                chunk = file.read(step)
+                joined = data.find(b"\n") + 1  # the old first line is whole now
+                data = chunk + data
+                first = data.find(b"\n") + 1 if pos > 0 else 0
+                count += len(line.findall(data, first, len(chunk) + joined))
     except FileNotFoundError:
         return b"", 0
     end = data.rfind(b"\n")
     if end < 0 or n <= 0:
         return b"", size
-    data = data[: end + 1]
-    lines = data.split(b"\n")[:-1]
-    keep = lines[-n:]
-    return b"\n".join(keep) + b"\n", pos + end + 1
+    first = data.find(b"\n") + 1 if pos > 0 else 0
+    keep = line.findall(data, first, end + 1)[-n:]
+    return b"".join(keep), pos + end + 1
+
+
+def text_of(block: bytes, timestamps: bool, stream: str | None = None) -> bytes:
+    """The text of raw log lines, in their order, without their prefixes (or with the
+    timestamp only); with ``stream`` ("stdout" or "stderr"), only that stream's lines."""
+    if not block:
+        return b""
+    if stream is None:
+        return _STAMP_ONLY.sub(rb"\1 ", block) if timestamps else _PREFIX.sub(b"", block)
+    keep = _TEXT_OF[stream].findall(block)
+    return b"".join(stamp + b" " + text if timestamps else text for stamp, text in keep)
 
 
 def split_block(block: bytes, timestamps: bool) -> tuple[bytes, bytes]:
-    """(stdout text, stderr text) of raw log lines, without their prefixes (or with the
-    timestamp only). Blocks with no stderr line, the common case, take the fast path."""
-    if not block:
-        return b"", b""
+    """(stdout text, stderr text) of raw log lines, as :func:`text_of` gives them. Blocks
+    with no stderr line, the common case, take the fast path."""
     if not _STDERR_LINE.search(block):
-        return (_STAMP_ONLY.sub(rb"\1 ", block) if timestamps else _PREFIX.sub(b"", block)), b""
-    out: list[bytes] = []
-    err: list[bytes] = []
-    for raw in block.split(b"\n")[:-1]:
-        line = parse_line(raw)
-        text = f"{line.at} {line.text}" if timestamps and line.at else line.text
-        (err if line.stream == "stderr" else out).append(text.encode())
-    return (b"\n".join(out) + b"\n" if out else b""), (b"\n".join(err) + b"\n" if err else b"")
+        return text_of(block, timestamps), b""
+    return text_of(block, timestamps, "stdout"), text_of(block, timestamps, "stderr")
 
 
 def read_from(path: str, offset: int) -> tuple[list[LogLine], int]:

@@ -8,18 +8,21 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ferry import defaults
-from ferry.logs import read_block, split_block, tail_block
+from ferry.logs import STREAMS, read_block, split_block, tail_block, text_of
 from ferry.status import JobStatus
 
 if TYPE_CHECKING:
     from ferry.store import Attempt, Job, Store
 
 
-def write_block(block: bytes, timestamps: bool, split_streams: bool) -> None:
-    """Print raw log lines; stderr lines go to stderr when ``split_streams``."""
-    out, err = split_block(block, timestamps)
-    if not split_streams:
-        out, err = out + err, b""
+def write_block(block: bytes, timestamps: bool, streams: str) -> None:
+    """Print raw log lines: with ``streams`` "split", stdout lines to stdout and stderr lines
+    to stderr (as the script wrote them); with "all", both to stdout in their order; with
+    "stdout" or "stderr", only that stream's lines, to stdout."""
+    if streams == "split":
+        out, err = split_block(block, timestamps)
+    else:
+        out, err = text_of(block, timestamps, streams if streams in STREAMS else None), b""
     for data, stream in ((out, sys.stdout), (err, sys.stderr)):
         if data:
             try:
@@ -36,7 +39,7 @@ def follow(
     *,
     attempt: int | None = None,
     timestamps: bool = False,
-    split_streams: bool = True,
+    streams: str = "split",
     tail: int | None = None,
     on_tick: Callable[[], None] | None = None,
     progress: bool = False,
@@ -45,12 +48,13 @@ def follow(
 
     Starts at ``attempt``, or at the latest attempt (the first one, for a new job), and
     moves on to each later attempt unless ``attempt`` pins one. ``tail`` limits the lines
-    shown from what was already written when following starts. With ``progress``, a line
+    shown from what was already written when following starts; ``streams`` says which
+    lines are printed where (see :func:`write_block`). With ``progress``, a line
     under the output shows the step, rate, ETA and latest metrics (on a terminal).
     """
     status = _StatusLine(progress)
     try:
-        return _follow(store, job_id, attempt, timestamps, split_streams, tail, on_tick, status)
+        return _follow(store, job_id, attempt, timestamps, streams, tail, on_tick, status)
     finally:
         status.end()
 
@@ -60,7 +64,7 @@ def _follow(
     job_id: str,
     attempt: int | None,
     timestamps: bool,
-    split_streams: bool,
+    streams: str,
     tail: int | None,
     on_tick: Callable[[], None] | None,
     status: _StatusLine,
@@ -73,7 +77,7 @@ def _follow(
 
     def write(block: bytes) -> None:
         status.clear()
-        write_block(block, timestamps, split_streams)
+        write_block(block, timestamps, streams)
         status.redraw()
 
     while True:
@@ -95,7 +99,8 @@ def _follow(
             if pick:
                 current = pick[-1]
                 if tail is not None:
-                    block, offset = tail_block(current.log_path, tail)
+                    only = streams if streams in STREAMS else None
+                    block, offset = tail_block(current.log_path, tail, only)
                     write(block)
         if current is not None:
             block, offset = read_block(current.log_path, offset)
@@ -112,12 +117,12 @@ def _follow(
             mine = next((a for a in attempts if a.number == current.number), current)
             if attempt is not None and mine.status.is_terminal():
                 status.clear()
-                drain(current.log_path, offset, timestamps, split_streams)
+                drain(current.log_path, offset, timestamps, streams)
                 return job
         if job.status.is_terminal():
             if current is not None:
                 status.clear()
-                drain(current.log_path, offset, timestamps, split_streams)
+                drain(current.log_path, offset, timestamps, streams)
             status.final(store, job)
             return job
         if time.monotonic() - last_check > defaults.HEARTBEAT_INTERVAL:
@@ -126,12 +131,13 @@ def _follow(
         time.sleep(defaults.FOLLOW_POLL)
 
 
-def drain(path: str, offset: int, timestamps: bool, split_streams: bool) -> None:
+def drain(path: str, offset: int, timestamps: bool, streams: str) -> None:
+    """Print the log from ``offset`` to its end (see :func:`write_block` for ``streams``)."""
     while True:
         block, offset = read_block(path, offset)
         if not block:
             return
-        write_block(block, timestamps, split_streams)
+        write_block(block, timestamps, streams)
 
 
 class _StatusLine:

@@ -11,6 +11,8 @@ EXAMPLE = """\
   ferry logs digits-cnn-3f9a
   ferry logs -f dig --tail 20     # the last 20 lines, then follow until it ends
   ferry logs digits-cnn-3f9a --attempt 1 --timestamps
+  ferry logs dig | grep -i warning      # what the script printed and logged
+  ferry logs dig --stream stderr        # only what it wrote to stderr
 """
 
 
@@ -20,7 +22,9 @@ def register(subparsers: Any) -> None:
         "logs",
         help="print a job's output (-f to follow)",
         description="Print a job's output: its latest attempt unless --attempt says which. "
-        "Lines the job wrote to stderr go to stderr.",
+        "Lines the job wrote to stdout and to stderr (Python's logging, tracebacks) are both "
+        "printed to stdout, in the order they were written, so a pipe (| grep) sees them "
+        "all; --stream keeps one of them.",
         example=EXAMPLE,
     )
     p.add_argument("job", help="job id or unique prefix")
@@ -29,6 +33,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("--attempt", "-a", type=int, metavar="N", help="this attempt (default: latest)")
     p.add_argument(
         "--timestamps", "-t", action="store_true", help="prefix each line with its UTC time"
+    )
+    p.add_argument(
+        "--stream",
+        "-s",
+        choices=("all", "stdout", "stderr"),
+        default="all",
+        help="which of the job's streams to print (default: all, to stdout)",
     )
     p.set_defaults(handler=logs)
 
@@ -44,7 +55,14 @@ def logs(args: argparse.Namespace) -> int:
     store = store_now()
     job = find_job(store, args.job)
     if args.follow:
-        follow(store, job.id, attempt=args.attempt, timestamps=args.timestamps, tail=args.tail)
+        follow(
+            store,
+            job.id,
+            attempt=args.attempt,
+            timestamps=args.timestamps,
+            streams=args.stream,
+            tail=args.tail,
+        )
         return 0
     path = _attempt_log(store, job.id, args.attempt)
     if path is None:
@@ -56,8 +74,8 @@ def logs(args: argparse.Namespace) -> int:
         )
         return 0
     if args.tail is not None:
-        block, _ = tail_block(path, args.tail)
-        write_block(block, args.timestamps, split_streams=True)
+        block, _ = tail_block(path, args.tail, None if args.stream == "all" else args.stream)
+        write_block(block, args.timestamps, args.stream)
         return 0
-    drain(path, 0, args.timestamps, split_streams=True)
+    drain(path, 0, args.timestamps, args.stream)
     return 0

@@ -32,6 +32,38 @@ def register(subparsers: Any) -> None:
     p.set_defaults(handler=outputs)
 
 
+def delivered(outputs: str, folder: str) -> list[tuple[str, int]]:
+    """(path inside ``folder``, size) of each file a job delivered to one of its output
+    folders (``model``, ``checkpoints`` ...): read from the folder itself when the outputs are
+    local, from the manifest when they are in a bucket (none there before the job ends)."""
+    if "://" not in outputs:
+        root = Path(outputs) / folder
+        found = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else []
+        return [(str(p.relative_to(root)), p.stat().st_size) for p in found if p.exists()]
+    from ferry.storage.outputs import read_manifest
+
+    manifest = read_manifest(outputs) or {"files": []}
+    prefix = folder + "/"
+    return [
+        (f["path"].removeprefix(prefix), int(f["size"]))
+        for f in manifest["files"]
+        if f["path"].startswith(prefix)
+    ]
+
+
+def files_text(files: list[tuple[str, int]], names: int = 3) -> str:
+    """``'model.pt (1.2 MB)'``, or ``'3 files, 4.5 MB: a.pt, b.json, c.txt'`` (the first
+    ``names`` of them, then how many more)."""
+    from ferry.units import format_size
+
+    total = format_size(sum(size for _, size in files))
+    if len(files) == 1:
+        return f"{files[0][0]} ({total})"
+    shown = ", ".join(path for path, _ in files[:names])
+    more = f" and {len(files) - names} more" if len(files) > names else ""
+    return f"{len(files)} files, {total}: {shown}{more}"
+
+
 def outputs(args: argparse.Namespace) -> int:
     from ferry.storage.locations import parse_uri
     from ferry.storage.outputs import MANIFEST, read_manifest
@@ -60,7 +92,12 @@ def outputs(args: argparse.Namespace) -> int:
         dest.mkdir(parents=True, exist_ok=True)
         paths = [f["path"] for f in files] + ([MANIFEST] if complete else [])
         fs.get([target.child(p).path for p in paths], [str(dest / p) for p in paths])
-        eprint(f"ferry: {len(paths)} files of {job.id} copied to {dest}")
+        size = format_size(sum(f["size"] for f in files))
+        plural = "s" if len(files) != 1 else ""
+        with_manifest = f", and its {MANIFEST}" if complete else ""
+        eprint(
+            f"ferry: {len(files)} file{plural} of {job.id} ({size}) copied to {dest}{with_manifest}"
+        )
         return 0
     if args.json:
         print(

@@ -17,6 +17,8 @@ EXAMPLE = """\
 
 _BARS = "▁▂▃▄▅▆▇█"
 MAX_PANELS = 6
+# metrics Ferry derives for its own bookkeeping, not measured: the total in epoch=3/30
+BOOKKEEPING = frozenset({"steps_total"})
 
 
 def register(subparsers: Any) -> None:
@@ -26,7 +28,8 @@ def register(subparsers: Any) -> None:
         help="chart a job's metrics (PNG, or in the terminal)",
         description="Chart a job's metrics against the step (or time). With -o, a PNG "
         "(matplotlib); without, one sparkline per metric in the terminal. By default: what "
-        "the script reported, then GPU utilisation (or CPU use without GPUs).",
+        "the script reported, then GPU utilisation (or CPU use without GPUs). A metric with "
+        "a single value (a final test_accuracy) is shown as a number beside the charts.",
         example=EXAMPLE,
     )
     p.add_argument("job", help="job id or unique prefix")
@@ -38,8 +41,9 @@ def register(subparsers: Any) -> None:
 
 
 def default_metrics(names: list[str]) -> list[str]:
-    """The script's own metrics first, then GPU utilisation, else CPU use."""
-    own = [n for n in names if not is_telemetry(n)]
+    """The script's own metrics first, then GPU utilisation, else CPU use (never what Ferry
+    derives for its bookkeeping, such as ``steps_total``)."""
+    own = [n for n in names if not is_telemetry(n) and n not in BOOKKEEPING]
     gpus = [n for n in names if n.startswith("gpu") and n.endswith("/util_percent")]
     return (own + (gpus or [n for n in names if n == "sys/cpu_percent"]))[:MAX_PANELS]
 
@@ -67,7 +71,8 @@ def sparkline(values: list[float], width: int = 60) -> str:
 def plot(args: argparse.Namespace) -> int:
     store = store_now()
     job = find_job(store, args.job)
-    known = [s.name for s in store.metric_summaries(job.id)]
+    summaries = {s.name: s for s in store.metric_summaries(job.id)}
+    known = list(summaries)
     if not known:
         eprint(f"ferry: {job.id} has no metrics to chart yet")
         return 0
@@ -75,7 +80,9 @@ def plot(args: argparse.Namespace) -> int:
     missing = [m for m in wanted if m not in known]
     if missing:
         raise UsageError(f"{job.id} has no metric {missing[0]!r}", f"it has: {', '.join(known)}")
-    series = {name: store.metric_series(job.id, name) for name in wanted}
+    # one point makes no line: such a metric (a final test_accuracy) is shown as its value
+    single = {n: summaries[n].last for n in wanted if summaries[n].points == 1}
+    series = {n: store.metric_series(job.id, n) for n in wanted if n not in single}
     if not args.output:
         width = max(len(n) for n in wanted)
         for name, points in series.items():
@@ -83,8 +90,11 @@ def plot(args: argparse.Namespace) -> int:
             finite = [v for v in values if v == v]
             last = f"{finite[-1]:.4g}" if finite else "nan"
             print(f"{name:<{width}}  {sparkline(values)}  {last}")
+        for name, value in single.items():
+            print(f"{name:<{width}}  {_number(value)}  (a single value)")
         return 0
-    _png(job.id, series, args.output)
+    panels = {name: {name: points} for name, points in series.items()}
+    _figure(job.id, panels, args.output, single)
     eprint(f"ferry: wrote {args.output}")
     return 0
 
@@ -92,8 +102,8 @@ def plot(args: argparse.Namespace) -> int:
 Series = list[tuple[float, int | None, float | None]]
 
 
-def _png(job_id: str, series: dict[str, Series], path: str) -> None:
-    _figure(job_id, {name: {name: points} for name, points in series.items()}, path)
+def _number(value: float | None) -> str:
+    return "nan" if value is None else f"{value:.4g}"
 
 
 def new_figure(width: float, height: float) -> Any:
@@ -108,23 +118,42 @@ def new_figure(width: float, height: float) -> Any:
     return figure
 
 
-def _figure(title: str, panels: dict[str, dict[str, Series]], path: str) -> None:
-    """One panel per metric, one line per series in it (a job, when comparing)."""
-    figure = new_figure(9, 2.6 * len(panels))
-    for i, (name, lines) in enumerate(panels.items(), start=1):
-        axes = figure.add_subplot(len(panels), 1, i)
+def _figure(
+    title: str,
+    panels: dict[str, dict[str, Series]],
+    path: str,
+    values: dict[str, float | None] | None = None,
+) -> None:
+    """One panel per metric, one line per series in it (a job, when comparing); ``values``
+    (metrics with a single value) are written as numbers in a column beside the panels."""
+    values = values or {}
+    rows = max(len(panels), 1)
+    columns = (1 if panels else 0) + (1 if values else 0)
+    widths = ([9.0] if panels else []) + ([3.0] if values else [])
+    figure = new_figure(sum(widths), 2.6 * rows if panels else 0.6 + 0.5 * len(values))
+    grid = figure.add_gridspec(rows, columns, width_ratios=widths)
+    if values:
+        box = figure.add_subplot(grid[:, -1])
+        box.axis("off")
+        box.set_title("single values", loc="left", fontsize=10)
+        text = "\n".join(f"{name}\n  {_number(value)}" for name, value in values.items())
+        box.text(0.0, 1.0, text, va="top", ha="left", fontsize=10, transform=box.transAxes)
+    for i, (name, lines) in enumerate(panels.items()):
+        axes = figure.add_subplot(grid[i, 0])
         by_step = all(step is not None for points in lines.values() for _, step, _ in points)
+        span = max((p[-1][0] - p[0][0] for p in lines.values() if p), default=0.0)
+        unit, seconds = ("seconds", 1.0) if span < 120 else ("minutes", 60.0)
         for k, (label, points) in enumerate(lines.items()):
             start = points[0][0] if points else 0.0
             xs = [
-                float(step) if by_step and step is not None else (t - start) / 60
+                float(step) if by_step and step is not None else (t - start) / seconds
                 for t, step, _ in points
             ]
             ys = [float("nan") if v is None else v for _, _, v in points]
             few = (
                 len(points) < 50
             )  # mark the points when there are few (one is otherwise invisible)
-            color = f"C{(i - 1 if len(lines) == 1 else k) % 10}"
+            color = f"C{(i if len(lines) == 1 else k) % 10}"
             axes.plot(
                 xs,
                 ys,
@@ -137,7 +166,7 @@ def _figure(title: str, panels: dict[str, dict[str, Series]], path: str) -> None
         if len(lines) > 1:
             axes.legend(fontsize=8)
         axes.set_title(name, loc="left", fontsize=10)
-        axes.set_xlabel("step" if by_step else "minutes")
+        axes.set_xlabel("step" if by_step else unit)
         axes.grid(alpha=0.3)
     figure.suptitle(title)
     figure.savefig(path, dpi=110)

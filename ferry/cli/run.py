@@ -274,9 +274,23 @@ def _summary(job: Any) -> None:
     status = job.status.value
     took = runtime(job)
     if status == "SUCCEEDED":
-        eprint(f"ferry: {job.id} SUCCEEDED in {took}; model in {job.outputs}/model")
+        eprint(f"ferry: {job.id} SUCCEEDED in {took}; {_model_landed(job.outputs)}")
     else:
         eprint(f"ferry: {job.id} {status} after {took}: {job.reason}")
+
+
+def _model_landed(outputs: str) -> str:
+    """What the job left in its model folder: ``'model: model.pt (1.2 MB) in …/model'``, or
+    that it left nothing there (and where its outputs are)."""
+    from ferry.cli.outputs_cmd import delivered, files_text
+
+    files = delivered(outputs, "model")
+    if not files:
+        return (
+            "the model folder is empty (the script wrote nothing to FERRY_MODEL_DIR); "
+            f"outputs in {outputs}"
+        )
+    return f"model: {files_text(files)} in {outputs}/model"
 
 
 def _price_check(spec: Any, store: Any, yes: bool) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import time
 from pathlib import Path
@@ -57,17 +56,15 @@ def _outputs_summary(outputs: str) -> str:
     root = Path(outputs)
     if "://" in outputs or not root.is_dir():
         return outputs
+    from ferry.cli.outputs_cmd import delivered
+    from ferry.units import format_size
+
     parts = []
     for name in ("model", "checkpoints", "tensorboard", "output"):
-        folder = root / name
-        files = [Path(d) / f for d, _, fs in os.walk(folder) for f in fs] if folder.is_dir() else []
+        files = delivered(outputs, name)
         if files:
-            from ferry.units import format_size
-
-            size = sum(f.stat().st_size for f in files if f.exists())
-            parts.append(
-                f"{name}/ {len(files)} file{'s' if len(files) != 1 else ''}, {format_size(size)}"
-            )
+            size = format_size(sum(size for _, size in files))
+            parts.append(f"{name}/ {len(files)} file{'s' if len(files) != 1 else ''}, {size}")
     return outputs + (f"  ({'; '.join(parts)})" if parts else "  (empty)")
 
 

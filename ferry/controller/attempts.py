@@ -765,6 +765,7 @@ def _watch(
     last_budget = time.monotonic()
     # the cap holds even if the script takes the whole grace period to end
     lookahead = sample_every + grace
+    observer.sample(running.pid)  # as it starts: a job shorter than the interval has samples
     try:
         while True:
             now_wall = time.time()
@@ -775,9 +776,10 @@ def _watch(
                 waits.append(max(0.0, stop_sent + grace - time.monotonic()))
             code = running.wait(min(waits))
             if code is not None:
+                observer.sample(running.pid, last=True)  # what the ended processes used
                 return (stopping or "exited"), code
             mono = time.monotonic()
-            if mono - last_sample >= sample_every:  # short jobs never pay for a sampler
+            if mono - last_sample >= sample_every:
                 last_sample = mono
                 observer.sample(running.pid)
             saved = _mtime(sync.local / "checkpoints") if sync.remote else 0

@@ -103,22 +103,44 @@ class Observer:
             self.monitor.saw_output(time.time())
         self._flush()
 
-    def sample(self, pid: int) -> None:
-        """Sample the job's processes and GPUs; the first call sets the samplers up."""
+    def sample(self, pid: int, last: bool = False) -> None:
+        """Sample the job's processes and GPUs: first as the attempt starts (which sets the
+        samplers up), then every ``telemetry.interval``, and a ``last`` time once its main
+        process has ended, so that even a job shorter than the interval has samples.
+
+        By the last sample the processes have ended and been reaped (the supervisor is
+        their subreaper), so the kernel's count of this process's ended children gives
+        what they used: the CPU time since the previous sample (``sys/cpu_percent``) and the
+        peak resident memory of the largest of them (``sys/rss_bytes``).
+        """
         from ferry.telemetry.sampler import GpuSampler, ProcessTreeSampler
 
+        now = time.time()
         if self._samplers is None:
             self._samplers = [GpuSampler(self.job.allocation.gpus)]
             rules = self.monitor.rules
             pss_above = (
                 self.monitor.memory_limit * rules.memory_above / 100 if rules.memory_above else None
             )
+            self._ended = _ended_children()  # before any of the attempt's processes ended
+            self._cpu_seen = 0.0  # CPU seconds the samples so far have shown
+            self._sampled_at = now
             with contextlib.suppress(Exception):  # the process may be gone already
                 self._samplers.append(ProcessTreeSampler(pid, pss_above))
-        now = time.time()
+                self._sampled_at = min(now, _started_at(pid))  # the first covers its start
         sample: dict[str, float] = {}
         for sampler in self._samplers:
             sample.update(sampler.sample())
+        if last and "sys/cpu_percent" not in sample:  # the processes have ended
+            cpu, peak = _ended_children()
+            if now > self._sampled_at:
+                used = max(0.0, cpu - self._ended[0] - self._cpu_seen)
+                sample["sys/cpu_percent"] = 100.0 * used / (now - self._sampled_at)
+            if peak > self._ended[1]:  # the largest ended process was one of the attempt's
+                sample["sys/rss_bytes"] = peak
+        if "sys/cpu_percent" in sample:
+            self._cpu_seen += sample["sys/cpu_percent"] / 100.0 * (now - self._sampled_at)
+        self._sampled_at = now
         points: list[Point] = [(0, None, now, k, v) for k, v in sample.items()]
         self.store.add_metrics(self.job.id, self.attempt, points)
         self.monitor.saw_sample(sample, now)
@@ -148,3 +170,21 @@ class Observer:
             except OSError as exc:  # a full disk: metrics are in the store; stop exporting
                 self.store.add_event(self.job.id, f"TensorBoard export stopped: {exc}")
                 self.tensorboard = None
+
+
+def _ended_children() -> tuple[float, float]:
+    """(CPU seconds, peak resident bytes of the largest) of this process's ended and reaped
+    children, as the kernel counts them."""
+    import resource
+    import sys
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    unit = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
+    return usage.ru_utime + usage.ru_stime, float(usage.ru_maxrss * unit)
+
+
+def _started_at(pid: int) -> float:
+    """When the process started (its first CPU sample counts from then)."""
+    import psutil
+
+    return float(psutil.Process(pid).create_time())
