@@ -70,11 +70,49 @@ def sandbox() -> Iterator[Path]:
         shutil.rmtree(code, ignore_errors=True)
 
 
-def timed_run(argv: Sequence[str], capture: bool = False) -> tuple[float, str]:
-    """Run a command to its end; return (wall seconds, stdout if captured)."""
+CODE_FILES = 200  # the code folder case: a small project's worth of files
+
+
+@contextmanager
+def code_folder(files: int = CODE_FILES) -> Iterator[Path]:
+    """A temporary project of ``files`` files (see :func:`make_code_folder`), removed after."""
+    root = Path(tempfile.mkdtemp(prefix="ferry-bench-project-"))
+    try:
+        yield make_code_folder(root, files)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def make_code_folder(root: Path, files: int = CODE_FILES) -> Path:
+    """A project of ``files`` files to snapshot: Python modules of a few KB in packages two
+    levels deep, a README and a ``.gitignore``, plus ignored clutter (caches, a log, a
+    ``.git`` folder) that the snapshot must walk past. Returns ``root``."""
+    packages = max(1, files // 20)
+    written = 0
+    for name, text in ((".gitignore", "*.log\nruns/\n"), ("README.md", "# bench\n" * 40)):
+        (root / name).write_text(text)
+        written += 1
+    while written < files:
+        package = root / "src" / f"pkg{written % packages}" / f"sub{written % 3}"
+        package.mkdir(parents=True, exist_ok=True)
+        body = "".join(f"def f{i}(x):\n    return x * {i}\n\n" for i in range(20 + written % 80))
+        (package / f"mod{written}.py").write_text(body)
+        written += 1
+    for clutter in ("runs/1/metrics.jsonl", "train.log", ".git/HEAD", "src/__pycache__/a.pyc"):
+        (root / clutter).parent.mkdir(parents=True, exist_ok=True)
+        (root / clutter).write_text("x" * 1000)
+    return root
+
+
+def timed_run(
+    argv: Sequence[str], capture: bool = False, cwd: Path | None = None
+) -> tuple[float, str]:
+    """Run a command to its end (in ``cwd``, default this folder); return (wall seconds,
+    stdout if captured)."""
     start = time.perf_counter()
     proc = subprocess.run(
         list(argv),
+        cwd=cwd,
         env=child_env(),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE if capture else subprocess.DEVNULL,

@@ -6,7 +6,10 @@ ends it admits queued jobs into the room it held and goes on to supervise the fi
 itself (starting a process per job would cost more than a tiny job). It is started by
 forking the submitting process when that is safe (single-threaded: the CLI, scripts), which
 costs a millisecond, and otherwise by executing ``python -m ferry.supervisor JOB`` (Jupyter
-kernels and other threaded hosts, where forking is unsafe).
+kernels and other threaded hosts, where forking is unsafe). ``ferry run`` forks one before
+it even validates the spec (:func:`start_standby`): that supervisor imports what it needs
+while the command imports pydantic and submits, then is handed the job, or ends with the
+command if there is none for it.
 """
 
 from __future__ import annotations
@@ -30,9 +33,75 @@ if TYPE_CHECKING:
 SUPERVISOR_LOG = "supervisor.log"
 
 
+# The modules a supervisor imports on its way to starting the job's command: a standby
+# imports them while it waits.
+_PRELOAD = (
+    "ferry.controller.attempts",
+    "ferry.backends.local",
+    "ferry.contract.env",
+    "ferry.contract.sagemaker",
+    "ferry.storage.outputs",
+    "ferry.storage.workdir",
+    "ferry.telemetry.sampler",
+    "ferry.telemetry.tensorboard",
+    "psutil",
+)
+_standby: int | None = None  # the pipe to this process's standby supervisor, until used
+
+
+def start_standby() -> None:
+    """Fork a supervisor that prepares itself while this process submits a job, and waits
+    for :func:`spawn_supervisor` to hand it one (``ferry run``, before its slow imports).
+    It ends by itself when this process hands it nothing (an invalid spec, a queued job)."""
+    global _standby
+    if _standby is not None or threading.active_count() != 1 or not hasattr(os, "fork"):
+        return
+    wait_read, wait_write = os.pipe()
+    if _detach():
+        os.close(wait_read)
+        _standby = wait_write
+        return
+    try:
+        os.close(wait_write)
+        _quiet_descriptors(keep=wait_read)
+        import importlib
+
+        for module in _PRELOAD:
+            try:
+                importlib.import_module(module)
+            except ImportError:  # an optional one: the job may not need it
+                continue
+        with os.fdopen(wait_read, "rb") as wait:
+            handed = wait.read().decode().split("\n")
+        if len(handed) < 2:  # the submitting process ended without a job for us
+            os._exit(0)
+        code = _supervise_forked(handed[0], Path(handed[1]))
+    except BaseException:
+        code = 1
+    os._exit(code)
+
+
+def release_standby() -> None:
+    """Let this process's standby supervisor go, if no job was handed to it."""
+    global _standby
+    if _standby is not None:
+        os.close(_standby)
+        _standby = None
+
+
 def spawn_supervisor(job: Job) -> None:
-    """Start a detached supervisor for an admitted job."""
+    """Start a detached supervisor for an admitted job (the standby one, if waiting)."""
+    global _standby
     log_path = Path(job.job_dir) / SUPERVISOR_LOG
+    if _standby is not None:
+        wait_write, _standby = _standby, None
+        try:
+            os.write(wait_write, f"{job.id}\n{log_path}\n".encode())
+            return
+        except OSError:  # it is gone: start another
+            pass
+        finally:
+            os.close(wait_write)
     if threading.active_count() == 1 and hasattr(os, "fork"):
         _fork_supervisor(job.id, log_path)
         return
@@ -48,17 +117,33 @@ def spawn_supervisor(job: Job) -> None:
 
 
 def _fork_supervisor(job_id: str, log_path: Path) -> None:
-    # Double fork: the middle process exits at once, so the supervisor is never a zombie of
-    # the submitting process, and the submitter waits only for that first, instant child.
-    # A supervisor (a child subreaper) forking another must not adopt it as an orphan: it
-    # would count as one of its job's processes and be killed with them.
+    if _detach():
+        return
+    try:
+        _quiet_descriptors()
+        code = _supervise_forked(job_id, log_path)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    os._exit(code)
+
+
+def _detach() -> bool:
+    """Fork a detached process; True in this one, False in the new one (never returns
+    there: it must end with ``os._exit``).
+
+    Double fork: the middle process exits at once, so the new one is never a zombie of this
+    process, which waits only for that first, instant child. A supervisor (a child
+    subreaper) forking another must not adopt it as an orphan: it would count as one of its
+    job's processes and be killed with them.
+    """
     from ferry.backends.local import not_subreaper
 
     with not_subreaper():
         pid = os.fork()
         if pid:
             os.waitpid(pid, 0)
-            return
+            return True
     try:
         from ferry.procs import SUPERVISOR_NAME, name_this_process
 
@@ -72,21 +157,37 @@ def _fork_supervisor(job_id: str, log_path: Path) -> None:
 
         forget_subreaper()
         gc.freeze()  # never collect (and close) objects inherited from the submitter
-        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        # Drop the submitter's other descriptors (pipes of whoever runs it must see EOF).
-        # Objects that own them stay referenced and are never finalized: we _exit below.
-        os.closerange(3, _max_fd())
-        sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
-        sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
-        code = run(job_id)
+        gc.enable()  # (`ferry run` submits with the collector off)
+    except BaseException:
+        os._exit(1)
+    return False
+
+
+def _quiet_descriptors(keep: int = -1) -> None:
+    """Read nothing, write nowhere yet, and drop the submitter's other descriptors (pipes of
+    whoever runs it must see EOF). Objects that own them stay referenced and are never
+    finalized: a forked supervisor ends with ``os._exit``."""
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.closerange(3, keep if keep >= 3 else _max_fd())
+    if keep >= 3:
+        os.closerange(keep + 1, _max_fd())
+
+
+def _supervise_forked(job_id: str, log_path: Path) -> int:
+    """In a forked supervisor: write to the job's supervisor log, run the job."""
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+    try:
+        return run(job_id)
     except BaseException:
         traceback.print_exc()
-        code = 1
-    os._exit(code)
+        return 1
 
 
 def _max_fd() -> int:

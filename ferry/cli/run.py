@@ -208,6 +208,10 @@ def run(args: argparse.Namespace) -> int:
     # collector would scan over and over (and once more at exit) for no garbage: it is off
     # until the job is submitted, then all of them are frozen out of its sight.
     gc.disable()
+    from ferry import supervisor
+
+    if not args.dry_run:
+        supervisor.start_standby()  # it gets ready to run the job while this one submits it
     from ferry.controller import exit_status, submit
     from ferry.spec import load_spec
 
@@ -219,6 +223,7 @@ def run(args: argparse.Namespace) -> int:
     store = open_store()
     _price_check(spec, store, args.yes)
     job = submit(spec, store=store)
+    supervisor.release_standby()  # (when the job waits in the queue)
     gc.freeze()
     gc.enable()  # following a job for days makes garbage
     if args.detach:

@@ -22,7 +22,6 @@ import contextlib
 import errno
 import hashlib
 import os
-import shutil
 import stat
 import time
 from pathlib import Path
@@ -38,11 +37,42 @@ def file_mode(st: os.stat_result) -> int:
     return stat.S_IMODE(st.st_mode) | stat.S_IRUSR | stat.S_IWUSR
 
 
-def copy_file(src: Path, target: Path, st: os.stat_result) -> None:
-    """Copy ``src`` to ``target`` with the snapshot's mode and the source's times."""
-    shutil.copyfile(src, target)
-    os.chmod(target, file_mode(st))
-    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+def copy_file(src: str | Path, target: str | Path, st: os.stat_result) -> None:
+    """Copy ``src`` (as ``st`` describes it) to the new file ``target``, with the snapshot's
+    mode and the source's times. An existing ``target`` is an error: never write through a
+    link."""
+    source = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        copy = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            done = 0
+            while True:  # (sendfile: the kernel copies, the bytes never come up to Python)
+                sent = os.sendfile(copy, source, done, max(st.st_size - done, 1 << 20))
+                if not sent:
+                    break
+                done += sent
+            os.fchmod(copy, file_mode(st))
+            os.utime(copy, ns=(st.st_atime_ns, st.st_mtime_ns))
+        finally:
+            os.close(copy)
+    finally:
+        os.close(source)
+
+
+def copy_tree(src: str | Path, target: str | Path) -> None:
+    """Copy the folder ``src`` to ``target`` (created): files as :func:`copy_file` does,
+    symlinks as links. A fifth of the system calls of ``shutil.copytree``, which copies
+    extended attributes and stats each file several times."""
+    os.mkdir(target)
+    with os.scandir(src) as entries:
+        for entry in entries:
+            path = os.path.join(target, entry.name)
+            if entry.is_symlink():
+                os.symlink(os.readlink(entry.path), path)
+            elif entry.is_dir():
+                copy_tree(entry.path, path)
+            else:
+                copy_file(entry.path, path, entry.stat(follow_symlinks=False))
 
 
 class CodeStore:
@@ -50,21 +80,23 @@ class CodeStore:
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        self._objects = str(root / "objects")
+        self._tmp = str(root / "tmp")
         self._usable = True  # False once linking proved impossible (another file system)
         self._now_ns = time.time_ns()
-        (root / "objects").mkdir(parents=True, exist_ok=True)
-        (root / "tmp").mkdir(exist_ok=True)
+        os.makedirs(self._objects, exist_ok=True)
+        os.makedirs(self._tmp, exist_ok=True)
 
-    def entry(self, src: Path, st: os.stat_result) -> Path:
+    def entry(self, src: str, st: os.stat_result) -> str:
         """Where the copy of ``src`` as ``st`` describes it is kept."""
         identity = (
             f"{src}\0{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0"
             f"{st.st_ctime_ns}\0{file_mode(st)}"
         )
         key = hashlib.sha256(identity.encode("utf-8", "surrogateescape")).hexdigest()[:40]
-        return self.root / "objects" / key[:2] / key[2:]
+        return os.path.join(self._objects, key[:2], key[2:])
 
-    def place(self, src: Path, st: os.stat_result, target: Path) -> bool:
+    def place(self, src: str, st: os.stat_result, target: str) -> bool:
         """Put the file ``src`` (as ``st`` describes it) at ``target``; return True when an
         entry was linked and nothing was copied."""
         if not self._usable or st.st_mtime_ns >= self._now_ns - RACY_NS:
@@ -91,9 +123,9 @@ class CodeStore:
         self._keep(src, st, target, entry)
         return False
 
-    def _keep(self, src: Path, st: os.stat_result, target: Path, entry: Path) -> None:
+    def _keep(self, src: str, st: os.stat_result, target: str, entry: str) -> None:
         """Copy ``src`` into a new entry (when it did not change meanwhile) and link it."""
-        tmp = self.root / "tmp" / f"{os.getpid()}-{os.urandom(6).hex()}"
+        tmp = os.path.join(self._tmp, f"{os.getpid()}-{os.urandom(6).hex()}")
         try:
             copy_file(src, tmp, st)
         except BaseException:
@@ -116,7 +148,7 @@ class CodeStore:
                 st.st_ctime_ns,
             )
             if unchanged:  # else it was written while we copied: only this job has that copy
-                entry.parent.mkdir(exist_ok=True)
+                os.makedirs(os.path.dirname(entry), exist_ok=True)
                 os.replace(tmp, entry)  # (an entry with too many links is replaced too)
         finally:
             with contextlib.suppress(FileNotFoundError):

@@ -41,12 +41,13 @@ class Snapshot:
     linked: int = 0  # files linked from the code store: neither read nor copied
 
 
-def _ignore_spec(folder: Path) -> object | None:
+def _ignore_spec(folder: str) -> object | None:
     lines: list[str] = []
     for name in _IGNORE_FILES:
         try:
-            lines += (folder / name).read_text(errors="replace").splitlines()
-        except (FileNotFoundError, IsADirectoryError, PermissionError):
+            with open(os.path.join(folder, name), errors="replace") as file:
+                lines += file.read().splitlines()
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError):
             continue
     if not lines:
         return None
@@ -55,31 +56,39 @@ def _ignore_spec(folder: Path) -> object | None:
     return pathspec.GitIgnoreSpec.from_lines(lines)
 
 
-def _collect(root: Path, skip: set[Path]) -> list[tuple[Path, os.stat_result]]:
-    """Files to copy (relative path, lstat), honouring ignore files at every level."""
-    found: list[tuple[Path, os.stat_result]] = []
-    # each entry: (folder the spec belongs to, spec)
-    stack: list[tuple[Path, list[tuple[Path, object]]]] = [(root, [])]
+def _inside(folder: str) -> str:
+    """The prefix of the paths inside ``folder`` (strings: pathlib costs a snapshot more
+    than the links it makes)."""
+    return folder if folder.endswith(os.sep) else folder + os.sep
+
+
+def _collect(root: str, skip: set[str]) -> list[tuple[str, os.stat_result]]:
+    """Files to copy (path relative to ``root``, lstat), honouring ignore files at every
+    level."""
+    found: list[tuple[str, os.stat_result]] = []
+    prefix = len(_inside(root))
+    # each entry: (folder, [(prefix of the folder an ignore file belongs to, its spec)])
+    stack: list[tuple[str, list[tuple[str, object]]]] = [(root, [])]
     while stack:
         folder, specs = stack.pop()
         own = _ignore_spec(folder)
         if own is not None:
-            specs = [*specs, (folder, own)]
+            specs = [*specs, (_inside(folder), own)]
         try:
             entries = list(os.scandir(folder))
         except PermissionError:
             continue
         for entry in entries:
-            path = Path(entry.path)
+            path = entry.path
             if entry.name in _ALWAYS_IGNORED or path in skip:
                 continue
             is_dir = entry.is_dir(follow_symlinks=False)
-            if _ignored(path, is_dir, specs):
+            if specs and _ignored(path, is_dir, specs):
                 continue
             if is_dir:
                 stack.append((path, specs))
             elif entry.is_symlink() or entry.is_file(follow_symlinks=False):
-                found.append((path.relative_to(root), entry.stat(follow_symlinks=False)))
+                found.append((path[prefix:], entry.stat(follow_symlinks=False)))
     return found
 
 
@@ -87,11 +96,11 @@ def _size(st: os.stat_result) -> int:
     return 0 if stat.S_ISLNK(st.st_mode) else st.st_size
 
 
-def _ignored(path: Path, is_dir: bool, specs: list[tuple[Path, object]]) -> bool:
+def _ignored(path: str, is_dir: bool, specs: list[tuple[str, object]]) -> bool:
     # As git does: the deepest ignore file with a verdict on the path decides, so a
     # `!keep.csv` in sub/.gitignore brings back what `*.csv` at the top left out.
     for base, spec in reversed(specs):
-        rel = path.relative_to(base).as_posix() + ("/" if is_dir else "")
+        rel = path[len(base) :] + ("/" if is_dir else "")
         verdict = spec.check_file(rel).include  # type: ignore[attr-defined]
         if verdict is not None:
             return bool(verdict)
@@ -122,7 +131,7 @@ def snapshot_code(
         raise SpecError(
             f"code {code} is a file, not a folder", "set code: to the folder holding it"
         )
-    files = _collect(root, {p.absolute() for p in skip})
+    files = _collect(str(root), {str(p.absolute()) for p in skip})
     total = sum(_size(st) for _, st in files)
     if total > max_bytes:
         biggest = sorted(files, key=lambda f: -_size(f[1]))[:3]
@@ -135,14 +144,14 @@ def snapshot_code(
         )
     dest.mkdir(parents=True, exist_ok=True)
     kept = CodeStore(store) if store is not None else None
-    made: set[Path] = set()
+    made: set[str] = set()
     linked = 0
     for rel, st in files:
-        src = root / rel
-        target = dest / rel
-        parent = target.parent
+        src = os.path.join(root, rel)
+        target = os.path.join(dest, rel)
+        parent = os.path.dirname(target)
         if parent not in made:
-            parent.mkdir(parents=True, exist_ok=True)
+            os.makedirs(parent, exist_ok=True)
             made.add(parent)
         try:
             if stat.S_ISLNK(st.st_mode):

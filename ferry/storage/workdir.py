@@ -31,7 +31,9 @@ def fresh_workdir(code: Path, work: Path) -> Path:
     tmp = work.with_name(f".{work.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     if code.is_dir():
-        shutil.copytree(code, tmp, symlinks=True)
+        from ferry.packaging.code_store import copy_tree
+
+        copy_tree(code, tmp)
     else:
         tmp.mkdir(parents=True)
     os.replace(tmp, work)

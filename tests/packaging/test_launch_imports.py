@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import ferry
+from tests.conftest import ferry, wait_for
 
 # never on the way of a local job without inputs from a bucket
 HEAVY = ("fsspec", "s3fs", "gcsfs", "adlfs", "boto3", "botocore", "ray", "torch", "optuna")
@@ -74,3 +74,32 @@ def test_pydantic_plugins_are_not_searched_and_nothing_leaks(home: Path, project
     assert seen == {"searched": False, "here": None, "job": "None"}
     seen = submit_and_look(project, "logfire")  # a setting of the user's own is kept
     assert seen["here"] == "logfire" and seen["job"] == "logfire"
+
+
+def supervisors_of(home: Path) -> list[int]:
+    """The supervisor processes started for this FERRY_HOME."""
+    from ferry.procs import SUPERVISOR_NAME, environ_of
+
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            name = Path(f"/proc/{entry}/comm").read_text().strip()
+        except OSError:
+            continue
+        if name == SUPERVISOR_NAME and f"FERRY_HOME={home}".encode() in environ_of(int(entry)):
+            found.append(int(entry))
+    return found
+
+
+def test_a_standby_supervisor_ends_with_a_command_that_submits_nothing(
+    home: Path, project: Path
+) -> None:
+    (project / "job.yaml").write_text("command: python -c pass\nsecrets: [NOT_SET_ANYWHERE]\n")
+    result = ferry("run", "job.yaml", cwd=project)
+    assert result.returncode == 2 and "NOT_SET_ANYWHERE" in result.stderr
+    wait_for(lambda: not supervisors_of(home), 30, "the standby supervisor to end")
+    result = ferry("run", "--", "python", "-c", "print('ran')", cwd=project)
+    assert result.returncode == 0 and result.stdout == "ran\n", result.stderr
+    wait_for(lambda: not supervisors_of(home), 30, "the supervisor to end")
