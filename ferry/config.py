@@ -107,6 +107,15 @@ def _url(value: str) -> str:
     return value
 
 
+def _endpoint(value: str) -> str:
+    scheme, sep, rest = value.partition("://")
+    if not sep or scheme not in ("http", "https") or not rest.split("/", 1)[0]:
+        raise ValueError(
+            f"expected an http:// or https:// URL, such as http://127.0.0.1:9000, not {value!r}"
+        )
+    return value.rstrip("/")
+
+
 def _addresses(value: str) -> str:
     if not all("@" in a for a in value.split(",")):
         raise ValueError(f"expected e-mail addresses such as me@example.com, not {value!r}")
@@ -151,7 +160,12 @@ SETTINGS: dict[str, Setting] = {
         parse_duration, defaults.STOP_GRACE, "seconds between SIGTERM and SIGKILL on stop"
     ),
     "storage.s3.endpoint_url": Setting(
-        _text, None, "S3 endpoint for S3-compatible stores (MinIO, R2, a test server)"
+        _endpoint, None, "S3 endpoint for S3-compatible stores (MinIO, R2, a test server)"
+    ),
+    "storage.gcs.endpoint_url": Setting(
+        _endpoint,
+        None,
+        "GCS endpoint for gs:// (an emulator; else STORAGE_EMULATOR_HOST or Google)",
     ),
     "storage.gcs.project": Setting(_text, None, "Google Cloud project for gs:// access"),
     "storage.azure.account_name": Setting(_text, None, "Azure storage account for az:// URIs"),

@@ -202,9 +202,11 @@ def run(job_id: str) -> int:
     queued job it adopts when this one ends. Returns the exit code."""
     from ferry.controller import supervise
     from ferry.procs import SUPERVISOR_NAME, name_this_process
+    from ferry.storage.logs import library_logs
     from ferry.store import open_store
 
     name_this_process(SUPERVISOR_NAME)
+    library_logs("log")  # the storage libraries' warnings go to supervisor.log, with times
     control = _install_signals()
     store = open_store()
     code = 0

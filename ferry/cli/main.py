@@ -72,6 +72,11 @@ def main(argv: list[str] | None = None) -> int:
     """Run the ``ferry`` command; returns the exit code."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args_list
+    from ferry.storage.logs import library_logs
+
+    # each failure is reported here in one sentence: the storage libraries' own log lines
+    # would only repeat it (with --debug they are all shown)
+    library_logs("debug" if debug else "quiet")
     try:
         return _main(args_list)
     except FerryError as exc:

@@ -65,6 +65,7 @@ def files_text(files: list[tuple[str, int]], names: int = 3) -> str:
 
 
 def outputs(args: argparse.Namespace) -> int:
+    from ferry.storage.failures import bucket_errors
     from ferry.storage.locations import parse_uri
     from ferry.storage.outputs import MANIFEST, read_manifest
     from ferry.storage.registry import filesystem
@@ -77,7 +78,8 @@ def outputs(args: argparse.Namespace) -> int:
     fs = filesystem(target.protocol)
     if manifest is None:  # still running, or failed before finishing: list what is there
         try:
-            found = fs.find(target.path, detail=True)
+            with bucket_errors(target):
+                found = fs.find(target.path, detail=True)
         except FileNotFoundError:
             found = {}
         files = [
@@ -91,7 +93,8 @@ def outputs(args: argparse.Namespace) -> int:
         dest = Path(args.download)
         dest.mkdir(parents=True, exist_ok=True)
         paths = [f["path"] for f in files] + ([MANIFEST] if complete else [])
-        fs.get([target.child(p).path for p in paths], [str(dest / p) for p in paths])
+        with bucket_errors(target):
+            fs.get([target.child(p).path for p in paths], [str(dest / p) for p in paths])
         size = format_size(sum(f["size"] for f in files))
         plural = "s" if len(files) != 1 else ""
         with_manifest = f", and its {MANIFEST}" if complete else ""

@@ -9,21 +9,41 @@ location with a manifest is complete.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from ferry.storage.failures import bucket_errors
 from ferry.storage.locations import Location, parse_uri
 from ferry.storage.registry import filesystem
 
 MANIFEST = "manifest.json"
 CHECKPOINT_MANIFEST = "MANIFEST.json"  # written last in each checkpoint (runtime.checkpoint)
 LIVE_FOLDERS = ("checkpoints", "tensorboard")
+
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _on_bucket(write: bool) -> Callable[[_Method], _Method]:
+    """An OutputSync method whose storage failures leave as one sentence (StorageError)."""
+
+    def wrap(method: _Method) -> _Method:
+        @functools.wraps(method)
+        def run(self: OutputSync, *args: Any, **kwargs: Any) -> Any:
+            with bucket_errors(self.target, write=write):
+                return method(self, *args, **kwargs)
+
+        return run  # type: ignore[return-value]
+
+    return wrap
 
 
 def _sha256(path: Path) -> str:
@@ -74,6 +94,7 @@ class OutputSync:
                         changed.append((relative, path, state))
         return changed
 
+    @_on_bucket(write=True)
     def sync(self, folders: tuple[str, ...] | None = LIVE_FOLDERS) -> int:
         """Send files that changed since the last sync; returns the bytes sent."""
         if not self.remote:
@@ -115,6 +136,7 @@ class OutputSync:
             if relative.startswith("checkpoints/") and not (self.local / relative).exists()
         ]
 
+    @_on_bucket(write=False)
     def pull_checkpoints(self) -> int:
         """Bring the bucket's checkpoints here before an attempt starts (a fresh machine, or
         a folder lost with the old one): complete checkpoints missing locally are
@@ -213,7 +235,8 @@ class OutputSync:
         }
         data = json.dumps(manifest, indent=1).encode()
         if self.remote:
-            filesystem(self.target.protocol).pipe(self.target.child(MANIFEST).path, data)
+            with bucket_errors(self.target, write=True):
+                filesystem(self.target.protocol).pipe(self.target.child(MANIFEST).path, data)
         else:
             tmp = self.local / f"{MANIFEST}.tmp"
             tmp.write_bytes(data)
@@ -224,9 +247,9 @@ class OutputSync:
 def read_manifest(outputs: str) -> dict[str, Any] | None:
     """The manifest at an outputs location, or None while it is incomplete."""
     target = parse_uri(outputs)
-    fs = filesystem(target.protocol)
     try:
-        data = fs.cat_file(target.child(MANIFEST).path)
+        with bucket_errors(target):
+            data = filesystem(target.protocol).cat_file(target.child(MANIFEST).path)
     except FileNotFoundError:
         return None
     manifest: dict[str, Any] = json.loads(data)

@@ -20,10 +20,9 @@ from fsspec.callbacks import Callback
 
 from ferry.errors import FerryError, SpecError
 from ferry.storage.cache import InputCache
+from ferry.storage.failures import bucket_errors, check_bucket, missing
 from ferry.storage.locations import Location, parse_uri
 from ferry.storage.registry import filesystem
-
-_CREDENTIALS = "check the credentials here (Ferry uses the provider's usual chain)"
 
 # Progress callback: (input name, bytes done, bytes in all, files done, files in all)
 Progress = Callable[[str, int, int, int, int], None]
@@ -55,27 +54,23 @@ def _version(info: dict[str, Any]) -> str:
 
 @contextlib.contextmanager
 def _reading(name: str, loc: Location) -> Iterator[None]:
-    """Turn a missing or forbidden input into one sentence with the fix."""
+    """Turn a missing, unreachable or forbidden input into one sentence with the fix."""
     try:
-        yield
+        with bucket_errors(loc, context=f"input {name!r}"):
+            yield
     except FileNotFoundError:
-        raise SpecError(
-            f"input {name!r}: {loc.uri} does not exist",
-            "check the bucket and the path, and that your credentials can read it",
-        ) from None
-    except PermissionError:
-        raise FerryError(f"input {name!r}: no permission to read {loc.uri}", _CREDENTIALS) from None
+        raise missing(loc, f"input {name!r}") from None
 
 
 def _list(name: str, loc: Location) -> tuple[dict[str, dict[str, Any]], bool]:
     """The objects under ``loc`` (key -> info) and whether ``loc`` is a single object."""
-    fs = filesystem(loc.protocol)
     with _reading(name, loc):
+        fs = filesystem(loc.protocol)
         info = fs.info(loc.path)
-    if info.get("type") == "directory":
-        found = fs.find(loc.path, detail=True)
-        objects = {k: v for k, v in found.items() if v.get("type", "file") == "file"}
-        return objects, False
+        if info.get("type") == "directory":
+            found = fs.find(loc.path, detail=True)
+            objects = {k: v for k, v in found.items() if v.get("type", "file") == "file"}
+            return objects, False
     return {loc.path: info}, True
 
 
@@ -151,7 +146,8 @@ def stage_input(
             )
         )
         try:  # one call: fsspec's async stores (S3, GCS, Azure) fetch the files concurrently
-            fs.get([c[0] for c in todo], [str(c[1]) for c in todo], callback=callback)
+            with bucket_errors(loc, context=f"input {name!r}"):
+                fs.get([c[0] for c in todo], [str(c[1]) for c in todo], callback=callback)
         except FileNotFoundError as exc:
             raise FerryError(
                 f"input {name!r}: {exc} vanished while it was being copied",
@@ -197,20 +193,9 @@ def check_locations(inputs: dict[str, str], outputs: str | None) -> None:
         except ValueError as exc:
             raise SpecError(f"outputs: {exc}") from None
         if not loc.is_local:
-            fs = filesystem(loc.protocol)
-            try:
-                found = fs.exists(loc.bucket)
-            except PermissionError:
-                found = True  # may write without listing: the upload will tell
-            if not found:
-                raise SpecError(
-                    f"outputs: the bucket {loc.protocol}://{loc.bucket} does not exist",
-                    "create it first, or check its name",
-                )
+            check_bucket(loc, "outputs", write=True)
 
 
 def _list_head(name: str, loc: Location) -> None:
-    fs = filesystem(loc.protocol)
     with _reading(name, loc):
-        if not fs.exists(loc.path):
-            raise FileNotFoundError(loc.path)
+        filesystem(loc.protocol).info(loc.path)
