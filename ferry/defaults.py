@@ -52,12 +52,12 @@ BUDGET_POLL = 10.0
 # long enough not to hammer a full zone, short enough to try again within the hour.
 BLOCK_FOR = 30 * 60.0
 
-# Buckets: how long a store may take before Ferry calls it unreachable. A connection (DNS
-# included) must open within STORAGE_CONNECT_TIMEOUT seconds; a request that failed for a
-# reason that may pass is tried again only while the next try starts within
-# STORAGE_RETRY_WINDOW seconds of the first (S3 and Azure count attempts instead, to the same
-# effect). Together: a failure is known within about 15 s, not the minutes of the libraries'
-# own defaults. A read may stall for STORAGE_READ_TIMEOUT seconds (large objects in flight).
+# Buckets: how long a store may take before Ferry calls it unreachable. A connection must
+# open within STORAGE_CONNECT_TIMEOUT seconds; a request that failed for a reason that may
+# pass is tried again only while the next try starts within STORAGE_RETRY_WINDOW seconds of
+# the first (S3 and Azure count attempts instead, to the same effect). Together: a failure
+# is known within about 15 s, not the minutes of the libraries' own defaults. A read may
+# stall for STORAGE_READ_TIMEOUT seconds (large objects in flight).
 STORAGE_CONNECT_TIMEOUT = 4.0
 STORAGE_RETRY_WINDOW = 8.0
 STORAGE_READ_TIMEOUT = 30.0
