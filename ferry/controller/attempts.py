@@ -192,7 +192,7 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
     from ferry.contract import sagemaker
     from ferry.contract.env import JobDirs, contract_env
     from ferry.storage.outputs import OutputSync
-    from ferry.storage.workdir import WORKDIR, WorkdirState, fresh_workdir
+    from ferry.storage.workdir import WORKDIR, WorkdirState
 
     job = store.get_job(job_id)
     # Recorded with each attempt; before the first, START_TIMEOUT covers a vanished supervisor.
@@ -275,8 +275,7 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
                 if fetched:
                     store.add_event(job_id, f"checkpoints: {fetched} files fetched")
         try:  # a fresh working folder, as on a new machine, with the declared state back
-            fresh_workdir(Path(job.job_dir) / "code", state.workdir)
-            restored = state.restore()
+            restored = state.fresh()
         except OSError as exc:
             Path(attempt.log_path).write_text("")
             reason = f"cannot prepare the working folder {state.workdir}: {exc}"
@@ -380,7 +379,7 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
             store.update_attempt(job_id, attempt.number, cost=attempt.cost_at(time.time()))
         observer.finish()  # what the script reported last
         try:  # checkpoint.paths: the files as the attempt left them, with the checkpoints
-            state.save(final=True)
+            state.save(final=True, prune=True)
         except OSError as exc:
             store.add_event(job_id, f"saving checkpoint.paths files failed: {exc}")
         if sync.remote:  # a checkpoint saved on the notice reaches the bucket before a resume

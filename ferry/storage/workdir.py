@@ -14,7 +14,9 @@ import os
 import re
 import shutil
 import stat
-from dataclasses import dataclass
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 WORKDIR = "work"  # in the job folder: where attempts run
@@ -23,11 +25,13 @@ _CHECKPOINT = re.compile(r"^ckpt-(\d+)$")
 _CHECKPOINT_MANIFEST = "MANIFEST.json"  # written last in each ckpt-<step> folder
 
 
-def fresh_workdir(code: Path, work: Path) -> Path:
-    """Replace ``work`` with a copy of the code snapshot ``code``; returns ``work``. The copy
-    is made under a temporary name and renamed, so a crash never leaves half a folder."""
-    if work.exists():
-        shutil.rmtree(work)
+QUIET_S = 2.0  # a file written in place is taken while the job runs once this quiet
+
+
+def fresh_workdir(code: Path, work: Path, fill: Callable[[Path], object] | None = None) -> Path:
+    """Replace ``work`` with a copy of the code snapshot ``code``, plus what ``fill`` puts
+    in it; returns ``work``. The folder is made under a temporary name and renamed only when
+    complete, so a crash never leaves a working folder without its state."""
     tmp = work.with_name(f".{work.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     if code.is_dir():
@@ -36,20 +40,24 @@ def fresh_workdir(code: Path, work: Path) -> Path:
         copy_tree(code, tmp)
     else:
         tmp.mkdir(parents=True)
+    if fill is not None:
+        fill(tmp)
+    if work.exists():
+        shutil.rmtree(work)
     os.replace(tmp, work)
     return work
 
 
-def _copy(source: Path, target: Path, unchanged: tuple[int, int] | None = None) -> bool:
-    """Copy one file with its times and mode, under a temporary name first. With
-    ``unchanged`` (its size and mtime before), the copy is kept only if the file still has
-    them afterwards: a file being written is not taken half-way. Returns whether it was."""
+def _copy(source: Path, target: Path, unchanged: tuple[int, int, int] | None = None) -> bool:
+    """Copy one file with its times and mode, under a temporary name first, so the copy it
+    replaces stays whole until then. With ``unchanged`` (its size, mtime and inode before),
+    the copy is kept only if the file still has them afterwards. Returns whether it was."""
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(target.name + ".tmp")  # never synced (outputs skip *.tmp)
     shutil.copy2(source, partial)
     if unchanged is not None:
         after = source.stat()
-        if (after.st_size, after.st_mtime_ns) != unchanged:
+        if (after.st_size, after.st_mtime_ns, after.st_ino) != unchanged:
             partial.unlink(missing_ok=True)
             return False
     os.replace(partial, target)
@@ -64,6 +72,7 @@ class WorkdirState:
     checkpoints: Path  # the job's checkpoint folder (FERRY_CHECKPOINT_DIR)
     patterns: tuple[str, ...]
     code: Path  # the code snapshot each working folder starts as
+    _inodes: dict[str, int] = field(default_factory=dict)  # each file's inode at the last look
 
     @property
     def folder(self) -> Path:
@@ -90,14 +99,15 @@ class WorkdirState:
             if p.is_file() and not p.name.endswith(".tmp")
         }
 
-    def save(self, final: bool) -> list[str]:
+    def save(self, final: bool, prune: bool = False) -> list[str]:
         """Copy declared files that changed into the checkpoint folder; returns their names.
 
         While the attempt runs (``final`` false) a file is taken only if it did not change
-        while it was copied, so a copy never catches the script mid-write (write the file
-        under another name and rename it, and no copy is ever missed). When the attempt has
-        ended (``final``) every declared file is taken as it was left, and copies of files
-        the script removed are removed too.
+        while it was copied, and either was put in place by a rename since the last look
+        (complete, then) or has not been written for ``QUIET_S``: a copy never catches a
+        script half-way through writing the file in place. When the attempt has ended
+        (``final``) every declared file is taken as it was left. With ``prune``, copies of
+        files the script removed are removed too.
         """
         if not self.patterns:
             return []
@@ -110,15 +120,20 @@ class WorkdirState:
             except FileNotFoundError:
                 continue
             state = (now.st_size, now.st_mtime_ns)
+            renamed = self._inodes.get(name, now.st_ino) != now.st_ino
+            self._inodes[name] = now.st_ino
             copy = saved.get(name)
             if copy is not None:
                 kept = copy.stat()
                 if (kept.st_size, kept.st_mtime_ns) == state:
                     continue  # unchanged since it was saved
+            quiet = time.time() - now.st_mtime >= QUIET_S
+            if not final and not (renamed or quiet):
+                continue
             with contextlib.suppress(FileNotFoundError):  # removed while we copied
-                if _copy(path, self.folder / name, None if final else state):
+                if _copy(path, self.folder / name, None if final else (*state, now.st_ino)):
                     taken.append(name)
-        if final:
+        if prune:
             for name, copy in saved.items():
                 if name not in present:
                     copy.unlink(missing_ok=True)
@@ -130,14 +145,22 @@ class WorkdirState:
         the other files it wrote, which the new attempt will not have."""
         if not self.workdir.is_dir():
             return []
-        self.save(final=True)
+        self.save(final=True)  # never pruned here: the folder may be one a crash cut short
         return self.left_behind()
 
-    def restore(self) -> list[tuple[str, int]]:
-        """Put the saved copies into the working folder; returns (name, size) of each."""
+    def fresh(self) -> list[tuple[str, int]]:
+        """Replace the working folder with a fresh copy of the code snapshot holding the
+        saved copies (it appears only when complete); returns (name, size) of each copy."""
+        restored: list[tuple[str, int]] = []
+        fresh_workdir(self.code, self.workdir, lambda folder: restored.extend(self.restore(folder)))
+        return restored
+
+    def restore(self, folder: Path | None = None) -> list[tuple[str, int]]:
+        """Put the saved copies into ``folder`` (the working folder); returns (name, size)
+        of each."""
         restored: list[tuple[str, int]] = []
         for name, copy in sorted(self.saved().items()):
-            target = self.workdir / name
+            target = (folder or self.workdir) / name
             _copy(copy, target)
             os.chmod(target, stat.S_IMODE(copy.stat().st_mode) | stat.S_IRUSR | stat.S_IWUSR)
             restored.append((name, copy.stat().st_size))

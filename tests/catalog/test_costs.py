@@ -45,7 +45,7 @@ def test_a_job_is_stopped_by_its_budget_and_can_save_first(home: Path, project: 
     assert any("budget reached: 3.00 USD, stopping the attempt" in e["message"]
                for e in data["events"])  # fmt: skip
     # the notice reached the script (it runs in the job's code folder): it saved first
-    assert (home / "jobs" / job_id / "code" / "saved.txt").read_text() == "saved"
+    assert (home / "jobs" / job_id / "work" / "saved.txt").read_text() == "saved"
     shown = ferry("status", job_id)
     assert "Cost" in shown.stdout and "of max_cost 3.00" in shown.stdout
 
@@ -95,7 +95,7 @@ def test_a_hard_monthly_budget_stops_running_jobs(home: Path, project: Path) -> 
         lambda: (s := job_status(job_id))["status"] == "FAILED" and s, 60, "the budget stop"
     )
     assert data["reason"] == "monthly budget reached: 2.00 USD"
-    assert (home / "jobs" / job_id / "code" / "saved.txt").exists()
+    assert (home / "jobs" / job_id / "work" / "saved.txt").exists()
 
 
 def test_estimate_report_and_auto_backend(home: Path, project: Path) -> None:

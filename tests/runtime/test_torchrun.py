@@ -31,7 +31,9 @@ if ckpt:
     start = ckpt.state["step"] + 1
 if rank == 0:
     print(f"attempt {os.environ['FERRY_ATTEMPT']} starts at step {start} of {world} ranks", flush=True)
-for step in range(start, 30):
+# the first attempt runs until it is preempted (at most 100 s); the next one ends soon
+end = start + 6 if os.environ["FERRY_ATTEMPT"] != "1" else 1000
+for step in range(start, end):
     loss = ddp(torch.randn(8, 4)).pow(2).mean()
     opt.zero_grad()
     loss.backward()

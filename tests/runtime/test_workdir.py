@@ -5,6 +5,7 @@ there (the PyTorch DDP tutorial's ``snapshot.pt``) carry over only through
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,9 @@ if os.path.exists("snapshot.pt"):
     start = json.load(open("snapshot.pt"))["epoch"] + 1
 print(f"attempt {attempt} starts at epoch {start}", flush=True)
 open(f"scratch-{attempt}", "w").write("scratch")
-for epoch in range(start, 60):
+# the first attempt runs until it is preempted (at most a minute); the next one ends soon
+end = start + 5 if attempt != "1" else 1200
+for epoch in range(start, end):
     time.sleep(0.05)
     with open("snapshot.tmp", "w") as f:
         json.dump({"epoch": epoch}, f)
@@ -65,7 +68,7 @@ def test_declared_working_folder_files_come_back_in_a_fresh_folder(
     assert "snapshot.tmp" not in start  # replaced away before the attempt ended
     outputs = Path(status["outputs"])
     saved = json.loads((outputs / "checkpoints" / ".ferry-workdir" / "snapshot.pt").read_text())
-    assert saved == {"epoch": 59}  # the final state, with the checkpoints
+    assert saved == {"epoch": _started_at(log, 2) + 4}  # the final state, with the checkpoints
 
 
 def test_undeclared_working_folder_files_do_not_carry_over_and_the_event_says_so(
@@ -107,3 +110,48 @@ def test_bad_checkpoint_paths_are_refused(home: Path, project: Path) -> None:
     (project / "job.yaml").write_text("command: echo hi\ncheckpoint: {paths: [../../etc/passwd]}\n")
     line = assert_one_line_error(ferry("run", "job.yaml", cwd=project), 2)
     assert "checkpoint.paths" in line and "not a path inside the working folder" in line
+
+
+def _state(tmp_path: Path) -> Any:
+    from ferry.storage.workdir import WorkdirState
+
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text("print('hi')")
+    state = WorkdirState(tmp_path / "work", tmp_path / "checkpoints", ("snapshot.pt",), code)
+    state.fresh()
+    return state
+
+
+def test_a_working_folder_a_crash_cut_short_never_loses_the_saved_state(tmp_path: Path) -> None:
+    state = _state(tmp_path)
+    (state.workdir / "snapshot.pt").write_text("epoch 7")
+    assert state.save(final=True, prune=True) == ["snapshot.pt"]
+    (state.workdir / "snapshot.pt").unlink()  # as in a folder whose restore was cut short
+    state.harvest()
+    assert (state.folder / "snapshot.pt").read_text() == "epoch 7"
+    assert state.fresh() == [("snapshot.pt", 7)]
+    assert (state.workdir / "snapshot.pt").read_text() == "epoch 7"
+    assert sorted(p.name for p in state.workdir.parent.iterdir()) == [
+        "checkpoints",
+        "code",
+        "work",
+    ]  # no temporary folder left over
+
+
+def test_a_file_written_in_place_is_copied_live_only_once_quiet(tmp_path: Path) -> None:
+    state = _state(tmp_path)
+    snapshot = state.workdir / "snapshot.pt"
+    snapshot.write_text("half")  # just written, in place: it may be mid-write
+    assert state.save(final=False) == []
+    with open(snapshot, "a") as file:
+        file.write(" and the rest")  # same inode, still fresh
+    assert state.save(final=False) == []
+    old = snapshot.stat().st_mtime - 10
+    os.utime(snapshot, (old, old))  # written long enough ago
+    assert state.save(final=False) == ["snapshot.pt"]
+    tmp = state.workdir / "snapshot.tmp"
+    tmp.write_text("complete")
+    os.replace(tmp, snapshot)  # put in place by a rename: complete at once
+    assert state.save(final=False) == ["snapshot.pt"]
+    assert (state.folder / "snapshot.pt").read_text() == "complete"

@@ -33,7 +33,7 @@ def test_declared_files_reach_the_bucket_and_come_back_on_a_fresh_machine(
     stores: dict[str, Any], home: Path, project: Path, tmp_path: Path
 ) -> None:
     from ferry.storage.outputs import OutputSync
-    from ferry.storage.workdir import WorkdirState, fresh_workdir
+    from ferry.storage.workdir import WorkdirState
 
     s3, bucket = stores["s3"], stores["bucket"]
     ferry("config", "set", "outputs.sync_interval", "0.3s")
@@ -59,9 +59,9 @@ def test_declared_files_reach_the_bucket_and_come_back_on_a_fresh_machine(
     code = tmp_path / "code"
     code.mkdir()
     (code / "train.py").write_text(TRAIN)
-    work = fresh_workdir(code, fresh / "work")
+    work = fresh / "work"
     state = WorkdirState(work, sync.local / "checkpoints", ("snapshot.pt", "ckpt/*.pt"), code)
-    restored = dict(state.restore())
+    restored = dict(state.fresh())
     assert set(restored) == {"snapshot.pt", "ckpt/optimizer.pt"}
     assert (work / "ckpt" / "optimizer.pt").read_text() == "adam"
     final = json.loads((work / "snapshot.pt").read_text())["epoch"]
