@@ -69,7 +69,7 @@ def start_standby() -> None:
         for module in _PRELOAD:
             try:
                 importlib.import_module(module)
-            except ImportError:  # an optional one: the job may not need it
+            except Exception:  # only a head start: the job imports what it needs itself
                 continue
         with os.fdopen(wait_read, "rb") as wait:
             handed = wait.read().decode().split("\n")

@@ -34,15 +34,21 @@ def register(subparsers: Any) -> None:
 
 def delivered(outputs: str, folder: str) -> list[tuple[str, int]]:
     """(path inside ``folder``, size) of each file a job delivered to one of its output
-    folders (``model``, ``checkpoints`` ...): read from the folder itself when the outputs are
-    local, from the manifest when they are in a bucket (none there before the job ends)."""
-    if "://" not in outputs:
-        root = Path(outputs) / folder
-        found = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else []
-        return [(str(p.relative_to(root)), p.stat().st_size) for p in found if p.exists()]
-    from ferry.storage.outputs import read_manifest
+    folders (``model``, ``checkpoints`` ...): read from its manifest, which lists only the
+    job's own files; from the folder itself while local outputs have none yet."""
+    if "://" not in outputs:  # (without the storage modules: `ferry run` shows this)
+        import json
 
-    manifest = read_manifest(outputs) or {"files": []}
+        try:
+            manifest = json.loads((Path(outputs) / "manifest.json").read_text())
+        except FileNotFoundError:
+            root = Path(outputs) / folder
+            found = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else []
+            return [(str(p.relative_to(root)), p.stat().st_size) for p in found if p.exists()]
+    else:
+        from ferry.storage.outputs import read_manifest
+
+        manifest = read_manifest(outputs) or {"files": []}
     prefix = folder + "/"
     return [
         (f["path"].removeprefix(prefix), int(f["size"]))

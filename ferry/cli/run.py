@@ -288,8 +288,12 @@ def _model_landed(outputs: str) -> str:
     """What the job left in its model folder: ``'model: model.pt (1.2 MB) in …/model'``, or
     that it left nothing there (and where its outputs are)."""
     from ferry.cli.outputs_cmd import delivered, files_text
+    from ferry.errors import FerryError
 
-    files = delivered(outputs, "model")
+    try:
+        files = delivered(outputs, "model")
+    except (FerryError, OSError, ValueError):  # the job is done: a hiccup reading its list
+        return f"outputs in {outputs}"
     if not files:
         return (
             "the model folder is empty (the script wrote nothing to FERRY_MODEL_DIR); "

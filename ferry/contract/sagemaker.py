@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -107,7 +108,10 @@ def _link(link: Path, target: Path) -> None:
     if link.is_symlink():
         link.unlink()
     elif link.is_dir():
-        link.rmdir()
+        for item in link.iterdir():  # written there before it was a link: keep it
+            if not (target / item.name).exists():
+                shutil.move(item, target / item.name)
+        shutil.rmtree(link)
     os.symlink(target, link)
 
 

@@ -227,6 +227,10 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
         Path(job.job_dir) / "code",
     )
     try:
+        if spec.get("outputs_exist_ok"):  # what the place held before this job wrote
+            from ferry.storage.occupancy import record_before
+
+            record_before(job.outputs, Path(job.job_dir))
         dirs.create()
     except OSError as exc:
         _finish_job(store, job_id, _S.FAILED, f"cannot create outputs in {sync.local}: {exc}")

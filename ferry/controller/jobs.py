@@ -122,9 +122,13 @@ def submit(
 
         check_locations({n: i.uri for n, i in spec.inputs.items()}, spec.outputs)
     if spec.outputs and "{job_id}" not in spec.outputs and not spec.outputs_exist_ok:
-        from ferry.storage.occupancy import refuse_occupied
+        from ferry.storage.occupancy import local_outputs, refuse_occupied
 
-        refuse_occupied(spec.outputs)  # a fixed place: it may hold another job's results
+        place = str(local_outputs(spec.outputs) or spec.outputs)
+        active = store.list_jobs([_S.QUEUED, *ACTIVE])
+        claimed = [j.id for j in active if j.outputs in (place, spec.outputs)]
+        # a fixed place: it may hold another job's results, or be about to
+        refuse_occupied(spec.outputs, claimed[0] if claimed else None)
     missing = [name for name in spec.secrets if name not in environ]
     if missing:
         raise UsageError(
@@ -146,10 +150,6 @@ def submit(
         home = config.ferry_home()
         store_root = home / code_store.FOLDER
         snapshot_code(spec.code, staging / "code", max_size, skip=(home,), store=store_root)
-        if spec.outputs and spec.outputs_exist_ok:
-            from ferry.storage.occupancy import record_before
-
-            record_before(spec.outputs, staging)
         launch = {"env": {**environ, **spec.env, **{k: environ[k] for k in spec.secrets}}}
         launch_path = staging / LAUNCH_FILE
         fd = os.open(launch_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -47,7 +47,13 @@ def copy_file(src: str | Path, target: str | Path, st: os.stat_result) -> None:
         try:
             done = 0
             while True:  # (sendfile: the kernel copies, the bytes never come up to Python)
-                sent = os.sendfile(copy, source, done, max(st.st_size - done, 1 << 20))
+                try:
+                    sent = os.sendfile(copy, source, done, max(st.st_size - done, 1 << 20))
+                except OSError as exc:
+                    if done or exc.errno not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+                        raise
+                    _read_write(source, copy)  # a file system without sendfile (FUSE, 9p)
+                    break
                 if not sent:
                     break
                 done += sent
@@ -57,6 +63,13 @@ def copy_file(src: str | Path, target: str | Path, st: os.stat_result) -> None:
             os.close(copy)
     finally:
         os.close(source)
+
+
+def _read_write(source: int, copy: int) -> None:
+    while block := os.read(source, 1 << 20):
+        view = memoryview(block)
+        while view:
+            view = view[os.write(copy, view) :]
 
 
 def copy_tree(src: str | Path, target: str | Path) -> None:

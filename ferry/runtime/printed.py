@@ -33,6 +33,13 @@ _WARNING_LINE = re.compile(
 )
 # the level of a JSON log record, under the names common loggers give it
 _LEVEL_KEYS = ("level", "levelname", "severity")
+# what a logger adds to each JSON record (python-json-logger, structlog, loguru): not metrics
+_RECORD_FIELDS = frozenset(
+    {"lineno", "line", "levelno", "process", "pid", "thread", "tid", "created", "msecs"}
+    | {"relativeCreated", "timestamp", "time", "ts", "elapsed"}
+)
+# `Namespace(lr=0.001, seed=42)`: settings shown as a Python repr, not measurements
+_REPR = re.compile(r"\b[A-Za-z_]\w*\([^()]*=[^()]*\)")
 _PROBLEM_LEVELS = frozenset({"warn", "warning", "error", "critical", "fatal"})
 _STEP_NAMES = ("step", "global_step", "iteration", "iter", "epoch")
 STEPS_TOTAL = "steps_total"  # the N of a printed `epoch=3/N`
@@ -63,11 +70,14 @@ def parse_line(
         except ValueError:
             data = None
         if isinstance(data, dict) and not _problem_record(data):
+            record = any(key in data for key in _LEVEL_KEYS)
             for key, value in data.items():
+                if record and key in _RECORD_FIELDS:
+                    continue
                 if isinstance(value, int | float) and not isinstance(value, bool):
                     metrics[str(key)] = float(value)
     elif not is_warning_line(text):
-        for match in _PAIR.finditer(text):
+        for match in _PAIR.finditer(_REPR.sub(" ", text)):
             metrics[match.group(1)] = float(match.group(2))
             if match.group(3) and match.group(1) in _STEP_NAMES:  # epoch=3/20: 20 in all
                 metrics[STEPS_TOTAL] = float(match.group(3))

@@ -37,21 +37,37 @@ def files_in(outputs: str, most: int = 3) -> list[str]:
                 if len(names) >= most:
                     break
             return sorted(names)
+    from ferry.storage.failures import Kind, StorageError, bucket_errors, classify
     from ferry.storage.registry import filesystem
 
     loc = parse_uri(outputs)
-    fs = filesystem(loc.protocol)
     try:
-        found = fs.ls(loc.path, detail=False)
+        with bucket_errors(loc, context="outputs"):
+            found = filesystem(loc.protocol).ls(loc.path, detail=False)
     except FileNotFoundError:
         return []
+    except StorageError as exc:
+        if exc.__cause__ is None or classify(exc.__cause__).kind is not Kind.PERMISSION:
+            raise
+        raise SpecError(
+            f"outputs: {outputs} cannot be listed with these credentials, so Ferry cannot "
+            "tell whether it already holds another job's files",
+            "choose a place with {job_id} in it, or allow it with --outputs-exist-ok",
+        ) from None
     prefix = loc.path.rstrip("/") + "/"
     names = [str(p)[len(prefix) :] if str(p).startswith(prefix) else str(p) for p in found]
     return sorted(n for n in names if n)[:most]
 
 
-def refuse_occupied(outputs: str) -> None:
-    """Raise unless the outputs location is new or empty."""
+def refuse_occupied(outputs: str, claimed_by: str | None = None) -> None:
+    """Raise unless the outputs location is new or empty, and no unfinished job
+    (``claimed_by``) is about to write there."""
+    if claimed_by is not None:
+        raise SpecError(
+            f"outputs: job {claimed_by} already writes its results to {outputs}",
+            "choose another place (the default, or a path with {job_id} in it), wait for "
+            f"that job (ferry wait {claimed_by}), or allow it with --outputs-exist-ok",
+        )
     found = files_in(outputs)
     if not found:
         return
@@ -65,10 +81,10 @@ def refuse_occupied(outputs: str) -> None:
 
 
 def record_before(outputs: str, job_dir: Path) -> None:
-    """For a shared local outputs folder: note each file it holds (size, mtime), so the
-    job's manifest lists only what the job wrote."""
+    """For a shared local outputs folder: note each file it holds (size, mtime) as the job
+    starts, once, so the job's manifest lists only what the job wrote."""
     folder = local_outputs(outputs)
-    if folder is None or not folder.is_dir():
+    if folder is None or not folder.is_dir() or (job_dir / BEFORE_FILE).exists():
         return
     held: dict[str, list[int]] = {}
     for dirpath, _, names in os.walk(folder):

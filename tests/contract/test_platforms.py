@@ -170,3 +170,18 @@ def test_metrics_reported_through_cloudml_hypertune_are_picked_up(
     assert "metrics reported through cloudml-hypertune: accuracy=1.0 at step 5" in events
     [accuracy] = [m for m in ferry_json("metrics", job_id) if m["name"] == "accuracy"]
     assert accuracy["points"] == 5 and accuracy["last"] == 1.0 and accuracy["last_step"] == 5
+
+
+def test_an_opt_ml_folder_written_before_it_was_a_link_is_kept(tmp_path: Path) -> None:
+    from ferry.contract import sagemaker
+    from ferry.contract.env import JobDirs
+
+    dirs = JobDirs.under(str(tmp_path / "out"))
+    dirs.create()
+    root = tmp_path / "opt_ml"
+    (root / "model").mkdir(parents=True)
+    (root / "model" / "early.bin").write_bytes(b"e")  # a job folder from an older Ferry
+    env = sagemaker.prepare(root, dirs, {}, {})
+    assert (root / "model").is_symlink()
+    assert (dirs.model / "early.bin").read_bytes() == b"e"
+    assert Path(env["SM_MODEL_DIR"]).resolve() == dirs.model.resolve()

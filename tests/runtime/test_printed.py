@@ -87,3 +87,11 @@ def test_the_users_own_patterns_read_colon_pairs_on_any_line() -> None:
     assert metrics("Test MSE: 0.24", patterns) == {"test_mse": 0.24}
     found = metrics("[LightGBM] [Warning] best gain: -inf", patterns)
     assert list(found) == ["gain"] and found["gain"] == -math.inf
+
+
+def test_settings_shown_as_a_repr_and_logger_bookkeeping_are_not_metrics() -> None:
+    assert metrics("Namespace(batch_size=64, lr=0.001, seed=42)") == {}
+    assert metrics("args: Namespace(lr=0.1) then loss=0.5") == {"loss": 0.5}
+    record = '{"levelname": "INFO", "lineno": 88, "process": 4242, "created": 1.7e9, "loss": 0.5}'
+    assert metrics(record) == {"loss": 0.5}
+    assert metrics('{"lineno": 3, "loss": 0.5}') == {"lineno": 3.0, "loss": 0.5}  # not a record

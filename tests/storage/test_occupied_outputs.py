@@ -71,6 +71,7 @@ def test_allowed_the_manifest_lists_only_the_jobs_own_files(
         cwd=project,
     )
     assert result.returncode == 0, result.stderr
+    assert result.stderr.rstrip().endswith(f"model: new.bin (1 B) in {occupied}/model")
     manifest = json.loads((occupied / "manifest.json").read_text())
     assert _own(manifest) == ["logs/attempt-1.log", "model/new.bin"]
     assert (occupied / "precious.txt").read_text() == "keep me"
@@ -117,3 +118,25 @@ def test_a_bucket_prefix_with_files_is_refused_unless_allowed(
     manifest = json.loads(s3.cat_file(f"{bucket}/team/run/manifest.json"))
     assert _own(manifest) == ["logs/attempt-1.log", "model/new.bin"]
     assert s3.cat_file(f"{bucket}/team/run/precious.txt") == b"keep me"
+
+
+def test_a_place_an_unfinished_job_will_write_to_is_refused(
+    stores: dict[str, Any], home: Path, project: Path, tmp_path: Path
+) -> None:
+    s3, bucket = stores["s3"], stores["bucket"]
+    (project / "wait.py").write_text(
+        "import os, time\n"
+        "gate = os.path.join(os.environ['FERRY_TEST_TMP'], 'go')\n"
+        "while not os.path.exists(gate):\n"
+        "    time.sleep(0.05)\n"
+    )
+    uri = f"s3://{bucket}/exp1"
+    first = ferry("run", "-d", "--outputs", uri, "--", "python", "wait.py", cwd=project)
+    assert first.returncode == 0, first.stderr
+    job_id = first.stdout.strip()
+    assert not s3.exists(f"{bucket}/exp1")  # nothing there yet: the bucket cannot tell
+    second = ferry("run", "-d", "--outputs", uri, "--", "python", "-c", "pass", cwd=project)
+    line = assert_one_line_error(second, 2)
+    assert f"outputs: job {job_id} already writes its results to {uri}" in line
+    (tmp_path / "go").write_text("")
+    assert ferry("wait", job_id).returncode == 0
