@@ -18,6 +18,9 @@ $(PY):
 # the dev set holds the example's extras too, so it stands for both
 $(STAMP): pyproject.toml | $(PY)
 	$(PIP) -e '.[dev]'
+	@# google-cloud-aiplatform's legacy namespace .pth imports google.cloud into every
+	@# interpreter as it starts; Python finds those namespace packages without it
+	rm -f $(VENV)/lib/python*/site-packages/google_cloud_*-nspkg.pth
 	touch $(STAMP) $(DEMO_STAMP)
 
 $(DEMO_STAMP): pyproject.toml | $(PY)

@@ -97,11 +97,13 @@ def spawn_supervisor(job: Job) -> None:
         wait_write, _standby = _standby, None
         try:
             os.write(wait_write, f"{job.id}\n{log_path}\n".encode())
-            return
+            handed = True
         except OSError:  # it is gone: start another
-            pass
+            handed = False
         finally:
             os.close(wait_write)
+        if handed:
+            return
     if threading.active_count() == 1 and hasattr(os, "fork"):
         _fork_supervisor(job.id, log_path)
         return

@@ -84,7 +84,8 @@ def test_import_ferry_stays_light() -> None:
 
     code = (
         "import sys, ferry\n"
-        "heavy = [m for m in ('torch', 'ray', 'optuna', 'pydantic', 'rich', 'yaml', 'boto3', 'psutil')"
+        "heavy = [m for m in ('torch', 'ray', 'optuna', 'pydantic', 'rich', 'yaml', 'boto3',"
+        " 'botocore', 'psutil', 'google.cloud', 'azure', 'mlflow', 'matplotlib', 'fsspec')"
         " if m in sys.modules]\n"
         "print(heavy)"
     )

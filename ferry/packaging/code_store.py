@@ -172,11 +172,9 @@ class CodeStore:
         seconds; at most once per ``after``. Returns how many files were removed."""
         marker = self.root / _PRUNED
         now = time.time()
-        try:
+        with contextlib.suppress(FileNotFoundError):  # (never pruned yet)
             if now - marker.stat().st_mtime < after:
                 return 0
-        except FileNotFoundError:
-            pass
         marker.touch()
         removed = 0
         for folder, _dirs, files in os.walk(self.root):

@@ -182,20 +182,24 @@ def _left_behind(workdir: Path, code: Path, declared: set[str], most: int) -> li
             relative = path.relative_to(workdir).as_posix()
             if relative in declared or "__pycache__" in relative.split("/"):
                 continue
-            original = code / relative
-            try:
-                mine, theirs = path.stat(), original.stat()
-            except FileNotFoundError:
-                pass  # a new file, or a dangling link
-            else:
-                if (mine.st_size, int(mine.st_mtime)) == (theirs.st_size, int(theirs.st_mtime)):
-                    continue
+            if _same_file(path, code / relative):
+                continue
             top = relative.split("/", 1)[0] + ("/" if "/" in relative else "")
             if top not in names:
                 names.append(top)
                 if len(names) > most:
                     return names
     return names
+
+
+def _same_file(path: Path, original: Path) -> bool:
+    """Whether ``path`` is still the snapshot's ``original`` (same size and time); a new
+    file, or a dangling link, is not."""
+    try:
+        mine, theirs = path.stat(), original.stat()
+    except FileNotFoundError:
+        return False
+    return (mine.st_size, int(mine.st_mtime)) == (theirs.st_size, int(theirs.st_mtime))
 
 
 def latest_checkpoint(checkpoints: Path) -> int | None:
