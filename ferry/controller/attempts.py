@@ -494,14 +494,14 @@ def _starting_point(
 ) -> str:
     """What attempt ``number`` resumes from, in words: a checkpoint (from the bucket or the
     job's checkpoint folder), working-folder files (checkpoint.paths), or nothing."""
-    from ferry.storage.workdir import latest_checkpoint, other_checkpoint_files
+    from ferry.runtime.checkpoint import complete_checkpoints
+    from ferry.storage.workdir import other_checkpoint_files
     from ferry.units import format_size
 
     where = f"from {sync.target.child('checkpoints').uri}" if fetched else f"in {dirs.checkpoints}"
     parts = []
-    step = latest_checkpoint(dirs.checkpoints)
-    if step is not None:
-        parts.append(f"checkpoint step {step} {where}")
+    if checkpoints := complete_checkpoints(dirs.checkpoints):
+        parts.append(f"checkpoint step {checkpoints[0][0]} {where}")
     elif (others := other_checkpoint_files(dirs.checkpoints)) > 0:
         parts.append(f"{others} files of its own checkpoint folder {where}")
     if restored:

@@ -122,9 +122,10 @@ def submit(
 
         check_locations({n: i.uri for n, i in spec.inputs.items()}, spec.outputs)
     if spec.outputs and "{job_id}" not in spec.outputs and not spec.outputs_exist_ok:
-        from ferry.storage.occupancy import local_outputs, refuse_occupied
+        from ferry.storage.locations import parse_uri
+        from ferry.storage.occupancy import refuse_occupied
 
-        place = str(local_outputs(spec.outputs) or spec.outputs)
+        place = parse_uri(spec.outputs).uri  # as stored: an absolute path for a local one
         active = store.list_jobs([_S.QUEUED, *ACTIVE])
         claimed = [j.id for j in active if j.outputs in (place, spec.outputs)]
         # a fixed place: it may hold another job's results, or be about to

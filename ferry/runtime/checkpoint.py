@@ -279,7 +279,7 @@ def _prune(root: Path, keep: int, written: int) -> None:
     leftovers of writers that died. Checkpoints of steps after the one just written belong
     to a run that was resumed from an earlier one (the later one was found broken): they
     go first, and the one just written always stays."""
-    listed = _listed(root)
+    listed = complete_checkpoints(root)
     later = [(s, p) for s, p in listed if s > written]
     kept = [(s, p) for s, p in listed if s <= written]
     for _, path in later + kept[keep:]:
@@ -301,8 +301,9 @@ def _remove_leftovers(root: Path) -> None:
                 shutil.rmtree(path, ignore_errors=True)
 
 
-def _listed(root: Path) -> list[tuple[int, Path]]:
-    """Checkpoint folders with a manifest, newest step first (not verified)."""
+def complete_checkpoints(root: Path) -> list[tuple[int, Path]]:
+    """Checkpoint folders with a manifest, newest step first (not verified). The
+    supervisor reads them too, to say what a new attempt starts from."""
     found = []
     with contextlib.suppress(OSError):
         for entry in os.scandir(root):
@@ -324,7 +325,7 @@ def _read(path: Path) -> Checkpoint:
 def checkpoints() -> list[Checkpoint]:
     """The checkpoints present, newest first (their files are not checked)."""
     out = []
-    for _, path in _listed(directory()):
+    for _, path in complete_checkpoints(directory()):
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
             out.append(_read(path))
     return out
@@ -333,7 +334,7 @@ def checkpoints() -> list[Checkpoint]:
 def latest() -> Checkpoint | None:
     """The newest checkpoint whose files match their manifest (not loaded)."""
     wait()
-    for _, path in _listed(directory()):
+    for _, path in complete_checkpoints(directory()):
         try:
             found = _read(path)
             found.verify()

@@ -10,16 +10,14 @@ from pathlib import Path
 
 from ferry.errors import SpecError
 from ferry.storage.locations import parse_uri
-from ferry.units import expand_home
 
 BEFORE_FILE = "outputs-before.json"  # in the job folder: what a shared outputs folder held
 
 
 def local_outputs(outputs: str) -> Path | None:
     """The folder of a local outputs location (relative to the current folder), else None."""
-    if "://" in outputs and not outputs.startswith("file://"):
-        return None
-    return expand_home(outputs.removeprefix("file://")).absolute()
+    loc = parse_uri(outputs)
+    return Path(loc.path) if loc.is_local else None
 
 
 def files_in(outputs: str, most: int = 3) -> list[str]:

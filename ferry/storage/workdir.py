@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import stat
 import time
@@ -21,8 +20,6 @@ from pathlib import Path
 
 WORKDIR = "work"  # in the job folder: where attempts run
 STATE_FOLDER = ".ferry-workdir"  # in the job's checkpoint folder
-_CHECKPOINT = re.compile(r"^ckpt-(\d+)$")
-_CHECKPOINT_MANIFEST = "MANIFEST.json"  # written last in each ckpt-<step> folder
 
 
 QUIET_S = 2.0  # a file written in place is taken while the job runs once this quiet
@@ -202,17 +199,6 @@ def _same_file(path: Path, original: Path) -> bool:
     return (mine.st_size, int(mine.st_mtime)) == (theirs.st_size, int(theirs.st_mtime))
 
 
-def latest_checkpoint(checkpoints: Path) -> int | None:
-    """The step of the newest complete ``ckpt-<step>`` folder (runtime.checkpoint), if any."""
-    steps = []
-    with contextlib.suppress(OSError):
-        for entry in os.scandir(checkpoints):
-            match = _CHECKPOINT.match(entry.name)
-            if match and os.path.exists(os.path.join(entry.path, _CHECKPOINT_MANIFEST)):
-                steps.append(int(match.group(1)))
-    return max(steps) if steps else None
-
-
 def other_checkpoint_files(checkpoints: Path) -> int:
     """Files in the checkpoint folder that are not runtime.checkpoint's own (a framework's
     or the script's own checkpoints)."""
@@ -220,7 +206,7 @@ def other_checkpoint_files(checkpoints: Path) -> int:
     for dirpath, dirs, files in os.walk(checkpoints):
         here = Path(dirpath)
         if here == checkpoints:
-            dirs[:] = [d for d in dirs if not _CHECKPOINT.match(d) and d != STATE_FOLDER]
+            dirs[:] = [d for d in dirs if not d.startswith("ckpt-") and d != STATE_FOLDER]
         dirs[:] = [d for d in dirs if not d.startswith((".tmp-", ".old-"))]
         count += sum(1 for name in files if not name.endswith(".tmp"))
     return count
