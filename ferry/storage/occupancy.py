@@ -63,8 +63,8 @@ def refuse_occupied(outputs: str, claimed_by: str | None = None) -> None:
     if claimed_by is not None:
         raise SpecError(
             f"outputs: job {claimed_by} already writes its results to {outputs}",
-            "choose another place (the default, or a path with {job_id} in it), wait for "
-            f"that job (ferry wait {claimed_by}), or allow it with --outputs-exist-ok",
+            "choose another place, such as the default or a path with {job_id} in it; wait "
+            f"for that job (ferry wait {claimed_by}); or allow it with --outputs-exist-ok",
         )
     found = files_in(outputs)
     if not found:
@@ -73,8 +73,8 @@ def refuse_occupied(outputs: str, claimed_by: str | None = None) -> None:
     raise SpecError(
         f"outputs: {outputs} already holds files ({shown}), which this job's results would "
         "mix with",
-        "choose a new place (the default, or a path with {job_id} in it), or allow it with "
-        "--outputs-exist-ok (outputs_exist_ok: true in the spec)",
+        "choose a new place, such as the default or a path with {job_id} in it, or allow it "
+        "with --outputs-exist-ok, or outputs_exist_ok: true in the spec",
     )
 
 
