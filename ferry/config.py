@@ -46,6 +46,13 @@ def _nonneg_int(value: str) -> int:
     return int(value)
 
 
+def _duration_or_off(value: str) -> float:
+    """A duration, or 0 (also written 0s or off) for none."""
+    if value.strip().lower() in ("0", "0s", "off"):
+        return 0.0
+    return parse_duration(value)
+
+
 def _finite(value: str) -> float:
     try:
         number = float(value)
@@ -158,6 +165,9 @@ SETTINGS: dict[str, Setting] = {
     "local.gpu_type": Setting(_text, None, "accelerator name of the declared local GPUs"),
     "local.stop_grace": Setting(
         parse_duration, defaults.STOP_GRACE, "seconds between SIGTERM and SIGKILL on stop"
+    ),
+    "launcher.idle": Setting(
+        _duration_or_off, 600.0, "how long the warm launcher waits for commands (0: none)"
     ),
     "storage.s3.endpoint_url": Setting(
         _endpoint, None, "S3 endpoint for S3-compatible stores (MinIO, R2, a test server)"

@@ -14,6 +14,7 @@ command if there is none for it.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import signal
@@ -64,13 +65,7 @@ def start_standby() -> None:
     try:
         os.close(wait_write)
         _quiet_descriptors(keep=wait_read)
-        import importlib
-
-        for module in _PRELOAD:
-            try:
-                importlib.import_module(module)
-            except Exception:  # only a head start: the job imports what it needs itself
-                continue
+        prepare_launch()
         with os.fdopen(wait_read, "rb") as wait:
             handed = wait.read().decode().split("\n")
         if len(handed) < 2:  # the submitting process ended without a job for us
@@ -105,6 +100,7 @@ def spawn_supervisor(job: Job) -> None:
         if handed:
             return
     if threading.active_count() == 1 and hasattr(os, "fork"):
+        prepare_launch()  # once here, rather than in each supervisor forked from here
         _fork_supervisor(job.id, log_path)
         return
     with open(log_path, "ab") as log:
@@ -116,6 +112,23 @@ def spawn_supervisor(job: Job) -> None:
             close_fds=True,
             start_new_session=True,
         )
+
+
+def prepare_launch() -> None:
+    """Import what a supervisor needs and find out how the local backend starts commands
+    (a probe, the first time): done once in a process that forks supervisors, rather than
+    in each of them."""
+    import importlib
+
+    for module in _PRELOAD:
+        try:
+            importlib.import_module(module)
+        except Exception:  # only a head start: the job imports what it needs itself
+            continue
+    with contextlib.suppress(Exception):
+        from ferry.backends.local import prepare
+
+        prepare()
 
 
 def _fork_supervisor(job_id: str, log_path: Path) -> None:

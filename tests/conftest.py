@@ -16,6 +16,10 @@ import pytest
 
 FERRY = str(Path(sys.executable).parent / "ferry")
 
+# Each test's commands run on their own: a launcher (ferry.launcher) per test's FERRY_HOME
+# would outlive the test. tests/cli/test_launcher.py turns it on for its own tests.
+os.environ["FERRY_LAUNCHER"] = "off"
+
 
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
@@ -121,3 +125,19 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], code: int) -
     assert lines[0].startswith("ferry: "), lines[0]
     assert "Traceback" not in result.stderr
     return lines[0]
+
+
+def read_terminal_until(fd: int, text: bytes, seen: bytes = b"", timeout: float = 30) -> bytes:
+    """Read a pseudo-terminal's output until ``text`` has appeared in it; returns all of it
+    (``seen``, what was read before, included)."""
+    import select
+
+    end = time.monotonic() + timeout
+    while text not in seen:
+        assert time.monotonic() < end, f"never showed {text!r}: {seen[-500:]!r}"
+        if select.select([fd], [], [], 0.1)[0]:
+            try:
+                seen += os.read(fd, 65536)
+            except OSError:
+                break
+    return seen

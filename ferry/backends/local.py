@@ -117,6 +117,11 @@ def _spawn(argv: list[str], options: dict[str, Any]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(argv, preexec_fn=child_setup, **options)
 
 
+def prepare() -> None:
+    """Do now what starting the first command would otherwise do: probe for setpriv."""
+    _pdeathsig_wrapper()
+
+
 @cache
 def _pdeathsig_wrapper() -> tuple[str, ...]:
     """``setpriv --pdeathsig KILL --`` (util-linux) where available, else nothing."""

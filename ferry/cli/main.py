@@ -6,12 +6,13 @@ exits 2 for usage errors, 1 otherwise; ``--debug`` shows the traceback instead.
 
 from __future__ import annotations
 
-import errno
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ferry.cli._common import Parser
-from ferry.errors import FerryError, UsageError
+if TYPE_CHECKING:
+    from ferry.cli._common import Parser
+
+# (imports stay inside the functions: a command the launcher runs needs none of them here)
 
 EXAMPLE = """\
 examples:
@@ -52,6 +53,7 @@ def build_parser(only: str | None = None) -> Parser:
     import importlib
 
     from ferry import __version__
+    from ferry.cli._common import Parser
 
     parser = Parser(
         prog="ferry",
@@ -68,9 +70,48 @@ def build_parser(only: str | None = None) -> Parser:
     return parser
 
 
+# commands the launcher does not run: the agent is a service of its own
+_NOT_RELAYED = {"agent"}
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the ``ferry`` command; returns the exit code."""
-    args_list = list(sys.argv[1:] if argv is None else argv)
+    """Run the ``ferry`` command; returns the exit code. Called with no arguments (the
+    ``ferry`` program), it hands the command to the launcher (:mod:`ferry.launcher`) when
+    one is running, and starts one after the command when none is."""
+    if argv is not None:
+        return _run_here(list(argv))
+    args_list = sys.argv[1:]
+    command = next((a for a in args_list if not a.startswith("-")), None)
+    if command not in _NOT_RELAYED:
+        from ferry import launcher
+
+        code = launcher.relay(args_list)
+        if code is not None:
+            return code
+    code = _run_here(args_list)
+    _start_launcher()
+    return code
+
+
+def _start_launcher() -> None:
+    from ferry import launcher
+
+    if not launcher.enabled():
+        return
+    try:
+        from ferry import config
+
+        launcher.start(float(config.get("launcher.idle") or 0))
+    except Exception:  # only a head start for the next command
+        return
+
+
+def _run_here(args_list: list[str]) -> int:
+    """Run the command in this process; returns the exit code."""
+    import errno
+
+    from ferry.errors import FerryError
+
     debug = "--debug" in args_list
     from ferry.storage.logs import library_logs
 
@@ -113,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str]) -> int:
     from ferry.cli.run import split_command
+    from ferry.errors import UsageError
 
     options, command = split_command(argv)
     first = next((a for a in options if not a.startswith("-")), None)

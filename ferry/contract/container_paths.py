@@ -25,7 +25,17 @@ OPT_ML = "/opt/ml"  # where a SageMaker container has the job's tree
 
 
 def mentions_container_paths(code: Path, limit: int = 1 << 20) -> bool:
-    """Whether any text file of the snapshot mentions ``/opt/ml/`` or ``/gcs/``."""
+    """Whether any text file of the snapshot mentions ``/opt/ml/`` or ``/gcs/``. The answer
+    for a snapshot shared through the code store is kept beside its tree, whose files never
+    change: the next job from the same files reads none of them."""
+    if not code.is_symlink():
+        return _mentions(code, limit)
+    from ferry.packaging.code_store import remembered
+
+    return remembered(code, "paths", lambda: _mentions(code, limit))
+
+
+def _mentions(code: Path, limit: int) -> bool:
     needles = [m.encode() for m in MARKERS]
     for dirpath, _, files in os.walk(code):
         for name in files:

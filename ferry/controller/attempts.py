@@ -467,6 +467,8 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
             why = f"retry {errors} of {retries_left} after {reason}"
         else:
             _end(store, job_id, attempt.number, *ending, code, sync)
+            with contextlib.suppress(OSError):  # (only a saving for the next job)
+                state.recycle()
             return True
         ended = {"status": ending[0], "ended_at": time.time(), "exit_code": code, "reason": reason}
         try:

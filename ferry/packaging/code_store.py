@@ -14,6 +14,13 @@ link is dropped and copied afresh rather than handed to a job. A file modified i
 second is copied without an entry: within one tick of the file system's clock a second
 write could keep the same times and size. Entries no snapshot links any more (link count
 1) are removed an hour later, along with temporary files a crash left.
+
+Snapshots of the same files share one tree of such links (``trees/<key>``, the key naming
+every file's path and identity): a job's ``code`` is then a symbolic link to the tree, and
+a snapshot of a folder that did not change makes no folder and no link but that one. Each
+tree has a companion symbolic link, ``trees/<key>.link``, and a job's ``code`` is a hard
+link to it: the companion's link count is the number of jobs using the tree, so a tree no
+job uses any more is found without looking at the jobs (and removed an hour later).
 """
 
 from __future__ import annotations
@@ -22,11 +29,15 @@ import contextlib
 import errno
 import hashlib
 import os
+import shutil
 import stat
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 FOLDER = "code-store"  # under FERRY_HOME, beside the job folders (links need one file system)
+TREES = "trees"  # shared snapshots: a folder of links per set of files
+POOL = "work"  # clean working folders of each tree, for the next attempt (storage.workdir)
 RACY_NS = 1_000_000_000  # files modified this recently are copied, not kept (clock ticks)
 PRUNE_AFTER_S = 3600.0  # an unlinked entry or a crashed copy is removed after this long
 _PRUNED = "pruned"  # its modification time says when the store was last pruned
@@ -102,12 +113,90 @@ class CodeStore:
 
     def entry(self, src: str, st: os.stat_result) -> str:
         """Where the copy of ``src`` as ``st`` describes it is kept."""
-        identity = (
-            f"{src}\0{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0"
-            f"{st.st_ctime_ns}\0{file_mode(st)}"
-        )
-        key = hashlib.sha256(identity.encode("utf-8", "surrogateescape")).hexdigest()[:40]
+        key = hashlib.sha256(_identity(src, st)).hexdigest()[:40]
         return os.path.join(self._objects, key[:2], key[2:])
+
+    def share(self, root: str, files: list[tuple[str, os.stat_result]], dest: str) -> int | None:
+        """Make ``dest`` (absent; its folder exists) the snapshot of ``files`` (paths
+        relative to ``root``, with their lstat) as a link to the tree they share with every
+        other snapshot of the same files, building the tree if there is none yet. Returns
+        how many files were linked rather than copied; None, with nothing made, when the
+        files cannot share a tree (one was modified within the last second: its times do
+        not tell its content yet) or this file system has no links."""
+        if not self._usable:
+            return None
+        digest = hashlib.sha256()
+        for rel, st in sorted(files):
+            if stat.S_ISLNK(st.st_mode):
+                target = os.readlink(os.path.join(root, rel))
+                digest.update(f"{rel}\0->{target}\n".encode("utf-8", "surrogateescape"))
+                continue
+            if st.st_mtime_ns >= self._now_ns - RACY_NS:
+                return None
+            digest.update(rel.encode("utf-8", "surrogateescape") + b"\0")
+            digest.update(_identity(os.path.join(root, rel), st) + b"\n")
+        tree = os.path.join(str(self.root), TREES, digest.hexdigest()[:40])
+        linked = sum(not stat.S_ISLNK(st.st_mode) for _, st in files)
+        for _ in range(3):  # (a prune may take the tree away between our steps)
+            try:
+                os.link(tree + ".link", dest, follow_symlinks=False)
+            except FileNotFoundError:
+                built = self._build(root, files, tree)
+                if built is None:
+                    return None
+                linked = built
+                continue
+            except OSError as exc:
+                if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.EOPNOTSUPP):
+                    raise
+                self._usable = False  # no hard links here
+                return None
+            if _intact(tree, files):
+                return linked
+            # Written through a job's link: the jobs using it keep it as it is, and new
+            # snapshots of these files are copies of their own until it has been pruned.
+            os.unlink(dest)
+            return None
+        return None
+
+    def _build(self, root: str, files: list[tuple[str, os.stat_result]], tree: str) -> int | None:
+        """Build the tree (and its companion link) for ``files``, unless another process
+        did meanwhile; returns how many files were linked from existing entries."""
+        tmp = os.path.join(self._tmp, f"tree-{os.getpid()}-{os.urandom(6).hex()}")
+        linked = 0
+        try:
+            os.mkdir(tmp)
+            made = {tmp}
+            for rel, st in files:
+                src, target = os.path.join(root, rel), os.path.join(tmp, rel)
+                parent = os.path.dirname(target)
+                if parent not in made:
+                    os.makedirs(parent, exist_ok=True)
+                    made.add(parent)
+                if stat.S_ISLNK(st.st_mode):
+                    os.symlink(os.readlink(src), target)
+                else:
+                    linked += self.place(src, st, target)
+            if not self._usable:  # an entry could not be linked: no sharing here
+                return None
+            os.makedirs(os.path.dirname(tree), exist_ok=True)
+            try:
+                os.rename(tmp, tree)
+            except OSError as exc:
+                if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise
+            companion = f"{tmp}.link"
+            os.symlink(tree, companion)
+            try:
+                os.link(companion, tree + ".link", follow_symlinks=False)
+            except FileExistsError:
+                pass  # made by another process: the one jobs already count on
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{tmp}.link")
+            if os.path.isdir(tmp):
+                shutil.rmtree(tmp, ignore_errors=True)
+        return linked
 
     def place(self, src: str, st: os.stat_result, target: str) -> bool:
         """Put the file ``src`` (as ``st`` describes it) at ``target``; return True when an
@@ -168,25 +257,140 @@ class CodeStore:
                 os.unlink(tmp)
 
     def prune(self, after: float = PRUNE_AFTER_S) -> int:
-        """Remove entries no snapshot links and crashed copies, older than ``after``
-        seconds; at most once per ``after``. Returns how many files were removed."""
+        """Remove, once they are older than ``after`` seconds: trees no job uses, kept
+        working folders, crashed copies, then entries nothing links any more. At most once
+        per ``after``. Returns how many entries, trees and folders were removed."""
         marker = self.root / _PRUNED
         now = time.time()
         with contextlib.suppress(FileNotFoundError):  # (never pruned yet)
             if now - marker.stat().st_mtime < after:
                 return 0
         marker.touch()
-        removed = 0
-        for folder, _dirs, files in os.walk(self.root):
-            for name in files:
-                path = os.path.join(folder, name)
-                if path == str(marker):
-                    continue
-                try:
-                    st = os.lstat(path)
-                    if st.st_nlink == 1 and now - st.st_ctime >= after:
-                        os.unlink(path)
-                        removed += 1
-                except FileNotFoundError:
-                    continue
+        removed = self._prune_trees(now, after) + self._prune_pool(now, after)
+        for top in (self._tmp, self._objects):
+            for folder, _dirs, files in os.walk(top):
+                for name in files:
+                    path = os.path.join(folder, name)
+                    try:
+                        st = os.lstat(path)
+                        if st.st_nlink == 1 and now - st.st_ctime >= after:
+                            os.unlink(path)
+                            removed += 1
+                    except FileNotFoundError:
+                        continue
+            if top == self._tmp:  # folders a crash left: a tree or a copy being made
+                with os.scandir(top) as entries:
+                    for entry in entries:
+                        if entry.is_dir(follow_symlinks=False) and _older(entry.path, now, after):
+                            shutil.rmtree(entry.path, ignore_errors=True)
+                            removed += 1
         return removed
+
+    def _prune_trees(self, now: float, after: float) -> int:
+        trees = os.path.join(str(self.root), TREES)
+        removed = 0
+        with contextlib.suppress(FileNotFoundError), os.scandir(trees) as entries:
+            for entry in list(entries):
+                if not entry.is_dir(follow_symlinks=False):
+                    if "." in entry.name and not os.path.isdir(entry.path.rsplit(".", 1)[0]):
+                        with contextlib.suppress(FileNotFoundError):  # a note of a removed tree
+                            os.unlink(entry.path)
+                    continue
+                try:  # the companion's link count: its own name, plus one per job
+                    users = os.lstat(entry.path + ".link").st_nlink - 1
+                    changed = os.lstat(entry.path + ".link").st_ctime
+                except FileNotFoundError:  # a crash between the tree and its companion
+                    users, changed = 0, os.lstat(entry.path).st_ctime
+                if users or now - changed < after:
+                    continue
+                doomed = os.path.join(self._tmp, f"old-{os.getpid()}-{os.urandom(6).hex()}")
+                try:
+                    os.rename(entry.path, doomed)
+                except FileNotFoundError:  # pruned by another process meanwhile
+                    continue
+                with contextlib.suppress(FileNotFoundError):
+                    if os.lstat(entry.path + ".link").st_nlink > 1:  # a job took it meanwhile
+                        os.rename(doomed, entry.path)
+                        continue
+                    os.unlink(entry.path + ".link")
+                shutil.rmtree(doomed, ignore_errors=True)
+                removed += 1
+        return removed
+
+    def _prune_pool(self, now: float, after: float) -> int:
+        pool = os.path.join(str(self.root), POOL)
+        removed = 0
+        with contextlib.suppress(FileNotFoundError), os.scandir(pool) as trees:
+            for tree in list(trees):
+                alive = os.path.isdir(os.path.join(str(self.root), TREES, tree.name))
+                with contextlib.suppress(FileNotFoundError), os.scandir(tree.path) as kept:
+                    for folder in list(kept):
+                        if alive and not _older(folder.path, now, after):
+                            continue
+                        if not folder.is_dir(follow_symlinks=False):  # a folder's listing
+                            with contextlib.suppress(FileNotFoundError):
+                                os.unlink(folder.path)
+                            continue
+                        doomed = os.path.join(self._tmp, f"old-{os.urandom(6).hex()}")
+                        with contextlib.suppress(FileNotFoundError):  # taken meanwhile
+                            os.rename(folder.path, doomed)
+                            shutil.rmtree(doomed, ignore_errors=True)
+                            removed += 1
+                with contextlib.suppress(OSError):  # (not empty: kept)
+                    os.rmdir(tree.path)
+        return removed
+
+
+def remembered(snapshot: str | os.PathLike[str], name: str, find: Callable[[], bool]) -> bool:
+    """What ``find`` says of a shared snapshot (a link to a tree), worked out once per tree
+    and kept beside it as ``<tree>.<name>``."""
+    tree = os.path.realpath(snapshot)
+    note = f"{tree}.{name}"
+    try:
+        with open(note) as file:
+            return file.read() == "1"
+    except FileNotFoundError:
+        pass
+    found = find()
+    tmp = f"{note}.{os.getpid()}-{os.urandom(4).hex()}"
+    try:
+        with open(tmp, "w") as file:
+            file.write("1" if found else "0")
+        os.replace(tmp, note)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+    return found
+
+
+def _identity(src: str, st: os.stat_result) -> bytes:
+    return (
+        f"{src}\0{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0"
+        f"{st.st_ctime_ns}\0{file_mode(st)}"
+    ).encode("utf-8", "surrogateescape")
+
+
+def _intact(tree: str, files: list[tuple[str, os.stat_result]]) -> bool:
+    """Whether each file of the tree still has the size, time and mode it was made with."""
+    for rel, st in files:
+        if stat.S_ISLNK(st.st_mode):
+            continue
+        try:
+            kept = os.lstat(os.path.join(tree, rel))
+        except OSError:
+            return False
+        if (kept.st_size, kept.st_mtime_ns, stat.S_IMODE(kept.st_mode)) != (
+            st.st_size,
+            st.st_mtime_ns,
+            file_mode(st),
+        ):
+            return False
+    return True
+
+
+def _older(path: str, now: float, after: float) -> bool:
+    """Whether ``path`` has not changed for ``after`` seconds."""
+    try:
+        return now - os.lstat(path).st_ctime >= after
+    except FileNotFoundError:
+        return False

@@ -5,13 +5,17 @@ rules) and always leaves out VCS folders and Python caches, so the job runs the 
 was when submitted even if the user edits files afterwards. Files keep their mode (made
 owner-writable) and modification time. With a :class:`~ferry.packaging.code_store.CodeStore`,
 files unchanged since an earlier snapshot are hard links to the store's copy rather than new
-copies. A snapshot over the size limit is refused with the biggest files named.
+copies, and a snapshot of files that all had their times for a second is a link to the
+tree every snapshot of those same files shares. A snapshot over the size limit is refused
+with the biggest files named.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +43,7 @@ class Snapshot:
     files: int
     bytes: int
     linked: int = 0  # files linked from the code store: neither read nor copied
+    shared: bool = False  # the snapshot is a link to a tree of the code store
 
 
 def _ignore_spec(folder: str) -> object | None:
@@ -62,10 +67,58 @@ def _inside(folder: str) -> str:
     return folder if folder.endswith(os.sep) else folder + os.sep
 
 
-def _collect(root: str, skip: set[str]) -> list[tuple[str, os.stat_result]]:
+_LISTINGS = "listings"  # in the code store: what each code folder held at its last snapshot
+_LISTING_VERSION = 1
+
+
+def _listed(root: str, skip: set[str], listings: Path) -> list[tuple[str, os.stat_result]]:
+    """:func:`_collect`, with what it found kept per folder: while no folder of the code
+    changed (the times of a folder change when an entry is added, removed or renamed in
+    it) and no ignore file did, the same paths are taken again, and only stat'ed. A
+    folder changed within the last second is looked through again next time."""
+    import hashlib
+    import marshal
+
+    key = hashlib.sha256("\0".join([root, *sorted(skip)]).encode(errors="surrogateescape"))
+    path = listings / key.hexdigest()[:40]
+    try:
+        version, folders, names = marshal.loads(path.read_bytes())
+        if version == _LISTING_VERSION and all(
+            _folder_state(folder) == state for folder, state in folders
+        ):
+            return [(name, os.lstat(os.path.join(root, name))) for name in names]
+    except (OSError, ValueError, EOFError, TypeError):  # none yet, or changed since
+        pass
+    files, folders = _collect(root, skip)
+    racy = time.time_ns() - 1_000_000_000
+    states = [(folder, _folder_state(folder)) for folder in folders]
+    if all(state[2] < racy for _, state in states):
+        with contextlib.suppress(OSError):
+            listings.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f"{path.name}.{os.getpid()}-{os.urandom(4).hex()}")
+            tmp.write_bytes(marshal.dumps((_LISTING_VERSION, states, [n for n, _ in files])))
+            os.replace(tmp, path)
+    return files
+
+
+def _folder_state(folder: str) -> tuple[int, ...]:
+    """What tells that ``folder``'s entries, or its ignore files, changed."""
+    st = os.stat(folder)
+    state = [st.st_ino, st.st_dev, st.st_mtime_ns, st.st_ctime_ns]
+    for name in _IGNORE_FILES:
+        try:
+            own = os.stat(os.path.join(folder, name))
+            state += [own.st_ino, own.st_size, own.st_mtime_ns, own.st_ctime_ns]
+        except OSError:
+            state.append(-1)
+    return tuple(state)
+
+
+def _collect(root: str, skip: set[str]) -> tuple[list[tuple[str, os.stat_result]], list[str]]:
     """Files to copy (path relative to ``root``, lstat), honouring ignore files at every
-    level."""
+    level; and the folders looked through."""
     found: list[tuple[str, os.stat_result]] = []
+    looked: list[str] = []
     prefix = len(_inside(root))
     # each entry: (folder, [(prefix of the folder an ignore file belongs to, its spec)])
     stack: list[tuple[str, list[tuple[str, object]]]] = [(root, [])]
@@ -78,6 +131,7 @@ def _collect(root: str, skip: set[str]) -> list[tuple[str, os.stat_result]]:
             entries = list(os.scandir(folder))
         except PermissionError:
             continue
+        looked.append(folder)
         for entry in entries:
             path = entry.path
             if entry.name in _ALWAYS_IGNORED or path in skip:
@@ -89,7 +143,7 @@ def _collect(root: str, skip: set[str]) -> list[tuple[str, os.stat_result]]:
                 stack.append((path, specs))
             elif entry.is_symlink() or entry.is_file(follow_symlinks=False):
                 found.append((path[prefix:], entry.stat(follow_symlinks=False)))
-    return found
+    return found, looked
 
 
 def _size(st: os.stat_result) -> int:
@@ -118,7 +172,8 @@ def snapshot_code(
 
     Args:
         code: the folder to snapshot.
-        dest: the snapshot's folder (created; its parents too).
+        dest: the snapshot's folder (created, or a link to a shared tree; its parents
+            are created too).
         max_bytes: the largest snapshot accepted.
         skip: folders inside ``code`` left out (FERRY_HOME, when it is there).
         store: the root of a code store (on the file system of ``dest``) to link unchanged
@@ -131,7 +186,11 @@ def snapshot_code(
         raise SpecError(
             f"code {code} is a file, not a folder", "set code: to the folder holding it"
         )
-    files = _collect(str(root), {str(p.absolute()) for p in skip})
+    skipped = {str(p.absolute()) for p in skip}
+    if store is not None:
+        files = _listed(str(root), skipped, Path(store) / _LISTINGS)
+    else:
+        files = _collect(str(root), skipped)[0]
     total = sum(_size(st) for _, st in files)
     if total > max_bytes:
         biggest = sorted(files, key=lambda f: -_size(f[1]))[:3]
@@ -142,8 +201,14 @@ def snapshot_code(
             "list data and outputs in .ferryignore (use inputs: for data), or raise the limit "
             "with: ferry config set snapshot.max_size 1GB",
         )
-    dest.mkdir(parents=True, exist_ok=True)
     kept = CodeStore(store) if store is not None else None
+    if kept is not None:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shared = kept.share(str(root), files, str(dest))
+        if shared is not None:
+            kept.prune()
+            return Snapshot(files=len(files), bytes=total, linked=shared, shared=True)
+    dest.mkdir(parents=True, exist_ok=True)
     made: set[str] = set()
     linked = 0
     for rel, st in files:

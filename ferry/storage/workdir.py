@@ -5,11 +5,14 @@ machine: nothing a previous attempt left in its working folder is there. Files a
 in its working folder (the PyTorch DDP tutorial's ``snapshot.pt``) carry over only when
 ``checkpoint.paths`` names them: they are copied into ``checkpoints/.ferry-workdir/``, which
 reaches the bucket with the checkpoints, and put back before the next attempt starts.
+A working folder a job left exactly as it was given is kept for the next attempt from the
+same code (:class:`Pool`), which is then spared the copy.
 """
 
 from __future__ import annotations
 
 import contextlib
+import marshal
 import os
 import shutil
 import stat
@@ -25,24 +28,163 @@ STATE_FOLDER = ".ferry-workdir"  # in the job's checkpoint folder
 QUIET_S = 2.0  # a file written in place is taken while the job runs once this quiet
 
 
-def fresh_workdir(code: Path, work: Path, fill: Callable[[Path], object] | None = None) -> Path:
+POOL_SIZE = 4  # clean working folders kept per code tree, at most
+POOL_MAX_BYTES = 256 << 20  # a bigger working folder is never kept
+
+
+def fresh_workdir(
+    code: Path, work: Path, fill: Callable[[Path], object] | None = None
+) -> Files | None:
     """Replace ``work`` with a copy of the code snapshot ``code``, plus what ``fill`` puts
-    in it; returns ``work``. The folder is made under a temporary name and renamed only when
-    complete, so a crash never leaves a working folder without its state."""
+    in it. The folder is made under a temporary name and renamed only when complete, so a
+    crash never leaves a working folder without its state.
+
+    The copy is one kept by :func:`recycle` when there is one (see :class:`Pool`). Returns
+    what the copy held before ``fill``, for :func:`recycle`; None when it cannot be kept
+    (the snapshot is not a shared tree, or too big)."""
     tmp = work.with_name(f".{work.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    if code.is_dir():
-        from ferry.packaging.code_store import copy_tree
+    pool = Pool.of(code)
+    files = pool.take(tmp) if pool is not None else None
+    if files is None:
+        if code.is_dir():
+            from ferry.packaging.code_store import copy_tree
 
-        copy_tree(code, tmp)
-    else:
-        tmp.mkdir(parents=True)
+            copy_tree(code, tmp)
+        else:
+            tmp.mkdir(parents=True)
+        if pool is not None:
+            files = _files(tmp)[0]
+    if files is not None and sum(size for _, _, size in files.values()) > POOL_MAX_BYTES:
+        files = None
     if fill is not None:
         fill(tmp)
     if work.exists():
         shutil.rmtree(work)
     os.replace(tmp, work)
-    return work
+    return files
+
+
+# relative path -> (inode, change time, size) of each file and link of a folder, and
+# (inode, mode, 0) of each folder in it
+Files = dict[str, tuple[int, int, int]]
+
+
+def _files(folder: Path) -> tuple[Files, list[str]]:
+    """What ``folder`` holds, and the Python caches (``__pycache__``) in it, left out."""
+    found: Files = {}
+    caches: list[str] = []
+    stack = [""]
+    while stack:
+        rel = stack.pop()
+        with os.scandir(os.path.join(folder, rel)) as entries:
+            for entry in entries:
+                name = f"{rel}/{entry.name}" if rel else entry.name
+                st = entry.stat(follow_symlinks=False)
+                if not stat.S_ISDIR(st.st_mode):
+                    found[name] = (st.st_ino, st.st_ctime_ns, st.st_size)
+                elif entry.name == "__pycache__":  # (never in a snapshot)
+                    caches.append(name)
+                else:  # what a folder holds counts, not its times
+                    found[name] = (st.st_ino, st.st_mode, 0)
+                    stack.append(name)
+    return found, caches
+
+
+def _unchanged(folder: Path, before: Files) -> bool:
+    """Whether ``folder`` holds exactly what it held (``before``), apart from the Python
+    caches an import writes, which are then removed. A write, a change of mode or times,
+    a rename, each change an inode's change time; new and removed entries show too."""
+    try:
+        after, caches = _files(folder)
+    except OSError:
+        return False
+    if after != before:
+        return False
+    for cache in caches:
+        shutil.rmtree(folder / cache)
+    return True
+
+
+class Pool:
+    """Clean working folders of one shared code tree (``code-store/work/<tree>/``).
+
+    Copying a code folder for each attempt costs about a third of a millisecond per file;
+    a tiny job from a 200-file project would spend more on it than on itself. So when a
+    job has ended and its working folder holds exactly the copy it was given (every file
+    with the inode and change time it had: nothing written, renamed, added, removed or
+    touched), the folder is kept for the next attempt of any job of the same tree, which
+    takes it with a rename. A folder a job changed is never kept. Kept folders are removed
+    an hour after their last use, with the tree they copy (``CodeStore.prune``).
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    @classmethod
+    def of(cls, code: Path) -> Pool | None:
+        """The pool of the snapshot ``code``; None unless it is a shared tree."""
+        from ferry.packaging.code_store import POOL
+
+        try:
+            tree = Path(os.readlink(code))
+        except OSError:  # a folder of its own: nothing else starts from the same files
+            return None
+        return cls(tree.parent.parent / POOL / tree.name)
+
+    def take(self, target: Path) -> Files | None:
+        """Move a kept folder to ``target``; returns what it holds, or None when there is
+        no folder to take."""
+        try:
+            kept = [name for name in os.listdir(self.folder) if not name.endswith(_LIST)]
+        except FileNotFoundError:
+            return None
+        for name in kept:
+            try:
+                os.rename(self.folder / name, target)
+            except FileNotFoundError:  # taken by another job meanwhile
+                continue
+            listing = self.folder / (name + _LIST)
+            try:
+                files = marshal.loads(listing.read_bytes())
+                listing.unlink()
+                if isinstance(files, dict):
+                    return files
+            except (OSError, ValueError, EOFError, TypeError):  # (a crash cut it short)
+                pass
+            return _files(target)[0]
+        return None
+
+    def give(self, work: Path, files: Files) -> bool:
+        """Keep ``work`` if it is unchanged since it was made with ``files``; returns
+        whether it was kept."""
+        try:
+            if len(os.listdir(self.folder)) >= 2 * POOL_SIZE:  # (each has its listing)
+                return False
+        except FileNotFoundError:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        if not _unchanged(work, files):
+            return False
+        name = f"{os.getpid()}-{os.urandom(4).hex()}"
+        (self.folder / (name + _LIST)).write_bytes(marshal.dumps(files))
+        os.rename(work, self.folder / name)
+        return True
+
+
+_LIST = ".files"  # beside a kept folder: what it holds (so taking it needs no look inside)
+
+
+def recycle(code: Path, work: Path, files: Files | None) -> bool:
+    """The job has ended: keep its working folder for the next attempt from the same
+    code if it holds just what it was given (see :class:`Pool`). Returns whether it was
+    kept; a working folder that was not stays where it is."""
+    pool = Pool.of(code) if files is not None else None
+    if pool is None or files is None or not work.is_dir():
+        return False
+    try:
+        return pool.give(work, files)
+    except OSError:
+        return False
 
 
 def _copy(source: Path, target: Path, unchanged: tuple[int, int, int] | None = None) -> bool:
@@ -70,6 +212,7 @@ class WorkdirState:
     patterns: tuple[str, ...]
     code: Path  # the code snapshot each working folder starts as
     _inodes: dict[str, int] = field(default_factory=dict)  # each file's inode at the last look
+    _given: Files | None = None  # what the working folder held when the attempt started
 
     @property
     def folder(self) -> Path:
@@ -149,8 +292,17 @@ class WorkdirState:
         """Replace the working folder with a fresh copy of the code snapshot holding the
         saved copies (it appears only when complete); returns (name, size) of each copy."""
         restored: list[tuple[str, int]] = []
-        fresh_workdir(self.code, self.workdir, lambda folder: restored.extend(self.restore(folder)))
+        self.recycle()  # the last attempt's folder, harvested already
+        self._given = fresh_workdir(
+            self.code, self.workdir, lambda folder: restored.extend(self.restore(folder))
+        )
         return restored
+
+    def recycle(self) -> bool:
+        """Keep the working folder for another attempt from the same code, if it holds
+        just the copy it was given (see :class:`Pool`); returns whether it was kept."""
+        given, self._given = self._given, None
+        return recycle(self.code, self.workdir, given)
 
     def restore(self, folder: Path | None = None) -> list[tuple[str, int]]:
         """Put the saved copies into ``folder`` (the working folder); returns (name, size)

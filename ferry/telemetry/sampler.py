@@ -35,10 +35,10 @@ class ProcessTreeSampler:
         import time
 
         psutil = self._psutil
-        try:
-            procs = [self._root, *self._root.children(recursive=True)]
-        except psutil.Error:
-            return {}
+        procs = [self._root]
+        for pid in _descendants(self._root.pid):
+            with contextlib.suppress(psutil.Error):  # (ended since it was listed)
+                procs.append(psutil.Process(pid))
         now = time.time()
         cpu = rss = read = written = 0.0
         seen: dict[int, tuple[float, float]] = {}
@@ -74,6 +74,21 @@ class ProcessTreeSampler:
             out["host/net_recv_bytes"] = float(net.bytes_recv)
             out["host/net_sent_bytes"] = float(net.bytes_sent)
         return out
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes below ``pid``, from the kernel's per-task lists of children: a few
+    small reads, where psutil's ``children()`` reads the status of every process on the
+    machine (milliseconds, at each sample of every job)."""
+    from ferry.procs import children
+
+    found: list[int] = []
+    stack = children(pid)
+    while stack:
+        child = stack.pop()
+        found.append(child)
+        stack += children(child)
+    return found
 
 
 def _pss(pid: int) -> int:

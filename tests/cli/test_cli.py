@@ -143,31 +143,18 @@ def test_help_lists_every_command() -> None:
 def test_jobs_watch_is_live_until_ctrl_c(home: Path, project: Path) -> None:
     import os
     import pty
-    import select
     import signal
-    import time
+
+    from tests.conftest import read_terminal_until
 
     first = submit("--name", "first", "--", "true", cwd=project)
     ferry("wait", first)
     pid, fd = pty.fork()
     if pid == 0:  # the child: `ferry jobs --watch` on a terminal
         os.execv(FERRY, [FERRY, "jobs", "--watch"])
-    seen = b""
-
-    def read_until(text: bytes, timeout: float = 30) -> None:
-        nonlocal seen
-        end = time.monotonic() + timeout
-        while text not in seen:
-            assert time.monotonic() < end, f"never showed {text!r}: {seen[-500:]!r}"
-            if select.select([fd], [], [], 0.1)[0]:
-                try:
-                    seen += os.read(fd, 65536)
-                except OSError:
-                    break
-
-    read_until(first.encode())
+    seen = read_terminal_until(fd, first.encode())
     second = submit("--name", "second", "--", "true", cwd=project)
-    read_until(second.encode())  # the table refreshed by itself
+    read_terminal_until(fd, second.encode(), seen)  # the table refreshed by itself
     os.kill(pid, signal.SIGINT)
     _, status = os.waitpid(pid, 0)
     os.close(fd)

@@ -44,7 +44,7 @@ def test_unchanged_files_are_linked_not_copied(src: Path, tmp_path: Path) -> Non
     for name in ("train.py", "pkg/model.py", "data.txt"):
         first, second = (tmp_path / "a" / name).stat(), (tmp_path / "b" / name).stat()
         assert first.st_ino == second.st_ino  # one copy, two snapshots
-        assert second.st_nlink == 3  # the store's entry and the two snapshots
+        assert second.st_nlink == 2  # the store's entry and the tree both snapshots share
         assert first.st_ino != (src / name).stat().st_ino  # never the user's own file
         assert (tmp_path / "b" / name).read_bytes() == (src / name).read_bytes()
 

@@ -59,6 +59,8 @@ def test_ignore_files_at_every_level(tmp_path: Path, through_store: bool) -> Non
         if path.is_file() and not path.is_symlink():
             os.utime(path, ns=(old, old))
     for _ in range(2 if through_store else 1):
+        if dest.is_symlink():  # a tree shared through the store
+            dest.unlink()
         shutil.rmtree(dest, ignore_errors=True)
         result = snapshot_code(src, dest, 10**6, store=store)
         assert copied(dest) == wanted

@@ -1,0 +1,210 @@
+"""A warm ``ferry`` for the next command: a process per user that has imported Ferry (and
+pydantic, and the rest a command needs) and runs each command in a fork of itself.
+
+Starting Python and importing what ``ferry run`` needs costs a quarter of a second, more
+than the whole budget for launching a job. So a ``ferry`` command that finds no launcher
+starts one as it ends, and the next commands hand it their arguments, environment, limits,
+working folder and terminal (the file descriptors themselves, over a Unix socket in
+``FERRY_HOME/run``). It forks, and the fork runs the command: every module is imported
+already and nothing else is carried over from one command to the next. The command reads
+and writes the caller's terminal or pipes, its exit code is the caller's, and the signals
+the caller gets (Ctrl-C, a hangup, SIGTERM) are passed on to it; a caller that dies is a
+hangup.
+
+The launcher ends after ``launcher.idle`` (10 minutes by default) without a command, when
+a Python file it imported changes (an upgrade, or an edit of Ferry itself: the command
+that notices runs on its own and starts a new launcher), or when its socket is removed
+(a new launcher took its place, or FERRY_HOME was deleted). ``FERRY_LAUNCHER=off`` in the
+environment, or ``ferry config set launcher.idle 0``, turns it off.
+
+This module is the caller's side, imported by every ``ferry`` command before anything
+else: it imports nothing but the standard library's cheapest modules. The launcher's side
+is :mod:`ferry.launcher.server`.
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+import socket
+import sys
+import zlib
+from typing import Any
+
+PROTOCOL = 1
+FOLDER = "run"  # in FERRY_HOME: the launcher's socket and log
+LOG = "launcher.log"
+FIRST_REPLY_TIMEOUT_S = 30.0  # a launcher that does not start a command by then is stuck
+_OFF = ("0", "off", "false", "no")
+_RELAYED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+_LIMITS = (  # the caller's resource limits a command (and so its job) takes on
+    *("RLIMIT_NOFILE", "RLIMIT_CORE", "RLIMIT_STACK", "RLIMIT_FSIZE", "RLIMIT_AS"),
+    *("RLIMIT_DATA", "RLIMIT_NPROC", "RLIMIT_MEMLOCK", "RLIMIT_CPU", "RLIMIT_NICE"),
+)
+_missing = False  # this command found no launcher to run it
+
+
+def enabled() -> bool:
+    """Whether commands may use (and start) a launcher: FERRY_LAUNCHER is not off."""
+    return os.environ.get("FERRY_LAUNCHER", "").strip().lower() not in _OFF
+
+
+def socket_path() -> str | None:
+    """The socket of the launcher for this FERRY_HOME and this Ferry installation (its
+    interpreter, its files and PYTHONPATH); None where the path is too long for a Unix
+    socket."""
+    home = os.environ.get("FERRY_HOME") or os.path.join(os.path.expanduser("~"), ".ferry")
+    home = os.path.abspath(os.path.expanduser(home))
+    here = os.path.dirname(os.path.abspath(__file__))
+    ident = "\0".join((sys.executable, here, sys.version, os.environ.get("PYTHONPATH", "")))
+    path = os.path.join(home, FOLDER, f"launcher-{zlib.crc32(ident.encode()):08x}.sock")
+    return path if len(os.fsencode(path)) < 100 else None
+
+
+def relay(argv: list[str]) -> int | None:
+    """Run ``ferry ARGV`` in the launcher and return its exit code; None when no launcher
+    took the command (then the caller runs it itself)."""
+    global _missing
+    if not enabled():
+        return None
+    path = socket_path()
+    if path is None:
+        return None
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(path)
+    except OSError:
+        conn.close()
+        _missing = True
+        return None
+    try:
+        pid = _hand_over(conn, argv)
+    except OSError:
+        pid = None
+    if pid is None:  # nothing started there (it is out of date, and ends): run it here
+        conn.close()
+        _missing = True
+        return None
+    return _wait(conn, pid)
+
+
+def _hand_over(conn: socket.socket, argv: list[str]) -> int | None:
+    """Send the command, with this process's descriptors 0-2 and working folder; the pid
+    of the process running it, or None if the launcher declined (out of date)."""
+    import array
+    import resource
+    import struct
+
+    cwd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        umask = os.umask(0o077)
+        os.umask(umask)
+        limits = {}
+        for name in _LIMITS:
+            if hasattr(resource, name):
+                limits[name] = resource.getrlimit(getattr(resource, name))
+        request = marshal.dumps(
+            {
+                "protocol": PROTOCOL,
+                "argv0": sys.argv[0],
+                "argv": argv,
+                "env": dict(os.environ),
+                "umask": umask,
+                "limits": limits,
+                "stdio": [_stream(s) for s in (sys.stdin, sys.stdout, sys.stderr)],
+            }
+        )
+        fds = array.array("i", [0, 1, 2, cwd])
+        header = struct.pack("!I", len(request))
+        conn.sendmsg([header], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+        conn.sendall(request)
+    finally:
+        os.close(cwd)
+    conn.settimeout(FIRST_REPLY_TIMEOUT_S)
+    line = _line(conn)
+    conn.settimeout(None)
+    if not line.startswith("pid "):
+        return None  # "stale": the launcher is out of date, and ends
+    return int(line[4:])
+
+
+def _stream(stream: Any) -> tuple[str, str, bool, bool] | None:
+    """How Python set up one of this process's standard streams."""
+    try:
+        return (stream.encoding, stream.errors, stream.line_buffering, stream.write_through)
+    except AttributeError:  # closed, or replaced by something else
+        return None
+
+
+_pending = b""
+
+
+def _line(conn: socket.socket) -> str:
+    """The next line the launcher sent ('' at the end)."""
+    global _pending
+    while b"\n" not in _pending:
+        chunk = conn.recv(4096)
+        if not chunk:
+            line, _pending = _pending, b""
+            return line.decode(errors="replace")
+        _pending += chunk
+    line, _, _pending = _pending.partition(b"\n")
+    return line.decode(errors="replace")
+
+
+def _wait(conn: socket.socket, pid: int) -> int:
+    """Pass signals on to the command until it ends; its exit code."""
+    import signal
+
+    def forward(signum: int, frame: object) -> None:
+        try:
+            os.kill(pid, signum)
+        except OSError:  # ended meanwhile
+            pass
+
+    for name in _RELAYED:
+        signal.signal(getattr(signal, name), forward)
+    while True:
+        line = _line(conn)
+        if line.startswith(("exit ", "ended ")):
+            return int(line.split()[1])
+        if not line:
+            print(
+                "ferry: the process running this command was lost (see "
+                f"{os.path.join(os.path.dirname(socket_path() or ''), LOG)})",
+                file=sys.stderr,
+            )
+            return 1
+
+
+def start(idle_s: float) -> None:
+    """Start a launcher in the background (after a command that found none), unless one
+    is turned off."""
+    if not (_missing and enabled() and idle_s > 0):
+        return
+    path = socket_path()
+    if path is None:
+        return
+    import subprocess
+
+    folder = os.path.dirname(path)
+    try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        log = os.open(os.path.join(folder, LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    except OSError:
+        return
+    try:
+        # -P and cwd /: nothing in the caller's folder shadows a module of the launcher's
+        subprocess.Popen(
+            [sys.executable, "-P", "-m", "ferry.launcher", "--idle", str(idle_s)],
+            cwd="/",
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            close_fds=True,
+            start_new_session=True,
+        )
+    except OSError:
+        pass
+    finally:
+        os.close(log)

@@ -1,0 +1,208 @@
+"""The launcher (ferry.launcher): a command run there behaves as one run here: its folder,
+environment, terminal, signals, exit code. It is started by a command that found none,
+ends when idle, steps aside when Ferry's files change, and is never used when turned off.
+
+Each test has a FERRY_HOME with a short path (a Unix socket's path has a limit) and turns
+the launcher on (tests/conftest.py turns it off for every other test)."""
+
+from __future__ import annotations
+
+import os
+import pty
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from tests.conftest import FERRY, ferry, ferry_json, read_terminal_until, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="fl-", dir="/tmp"))
+    monkeypatch.setenv("FERRY_HOME", str(path))
+    monkeypatch.setenv("FERRY_LAUNCHER", "on")
+    yield path
+    for proc in launchers(path):
+        proc.terminate()
+    psutil.wait_procs(launchers(path), timeout=10)
+    subprocess.run([FERRY, "cancel", "--all"], capture_output=True, timeout=60, check=False)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def launchers(home: Path) -> list[psutil.Process]:
+    """The launcher processes serving ``home`` (not the forks running commands)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "ppid"]):
+        try:
+            cmdline = proc.info["cmdline"] or []
+            if "ferry.launcher" not in cmdline:
+                continue
+            if proc.environ().get("FERRY_HOME") != str(home):
+                continue
+            parent = psutil.Process(proc.info["ppid"])
+            if "ferry.launcher" in (parent.cmdline() or []):
+                continue  # a command's fork
+            found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def started(home: Path) -> psutil.Process:
+    """The one launcher of ``home``, once it is listening."""
+    procs = wait_for(lambda: launchers(home), 30, "a launcher")
+    assert len(procs) == 1
+    wait_for(lambda: list((home / "run").glob("*.sock")), 30, "its socket")
+    return procs[0]
+
+
+def following(project: Path, **options: Any) -> subprocess.Popen[str]:
+    """`ferry run` following a job that runs for a minute, once the job's output shows."""
+    sleeper = "import time; print('up', flush=True); time.sleep(60)"
+    cli = subprocess.Popen(
+        [FERRY, "run", "--", "python", "-c", sleeper],
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **options,
+    )
+    assert cli.stdout is not None
+    assert cli.stdout.readline() == "up\n"
+    return cli
+
+
+def test_a_command_starts_one_and_the_next_runs_in_it(home: Path, project: Path) -> None:
+    first = ferry("run", "--", "python", "-c", "print('first')", cwd=project)
+    assert first.returncode == 0 and first.stdout == "first\n", first.stderr
+    launcher = started(home)
+
+    (project / "data.txt").write_text("from the caller's folder")
+    (project / "show.py").write_text(
+        "import os, sys, time\n"
+        "print(open('data.txt').read(), os.environ['TOKEN'], oct(os.umask(0)))\n"
+        "time.sleep(float(sys.argv[1]))\n"
+    )
+    cli = subprocess.Popen(
+        ["sh", "-c", f"umask 027 && exec {FERRY} run --secret TOKEN -- python show.py 2"],
+        cwd=project,
+        env={**os.environ, "TOKEN": "s3cret"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    # the command runs in a fork of the launcher, not in the process that was started
+    wait_for(lambda: launcher.children(), 30, "the launcher to run the command")
+    out, err = cli.communicate(timeout=60)
+    assert cli.returncode == 0, err
+    assert out == "from the caller's folder s3cret 0o27\n"
+    job = ferry_json("jobs")[0]
+    assert f"ferry: {job['id']} SUCCEEDED" in err
+
+    failing = ferry("run", "--", "sh", "-c", "echo oops >&2; exit 3", cwd=project)
+    assert failing.returncode == 3
+    assert failing.stdout == "" and "oops" in failing.stderr  # streams kept apart
+    detached = ferry("run", "--detach", "--", "true", cwd=project)
+    assert detached.returncode == 0 and detached.stdout.strip().startswith("true-")
+    assert "ferry: submitted" in detached.stderr
+    bad = ferry("run", "--max-runtime", "soon", "--", "true", cwd=project)
+    assert (
+        bad.returncode == 2 and bad.stderr.startswith("ferry: ") and "Traceback" not in bad.stderr
+    )
+    assert launchers(home) == [launcher]  # one launcher served them all
+
+
+def test_ctrl_c_reaches_the_command(home: Path, project: Path) -> None:
+    ferry("jobs", cwd=project)
+    started(home)
+    cli = following(project, start_new_session=True)
+    cli.send_signal(signal.SIGINT)
+    _out, err = cli.communicate(timeout=30)
+    assert cli.returncode == 130, err
+    assert "cancelling" in err
+    assert ferry_json("jobs")[0]["status"] == "CANCELLED"
+
+
+def test_a_caller_that_dies_takes_its_command_along_not_the_job(home: Path, project: Path) -> None:
+    ferry("jobs", cwd=project)
+    launcher = started(home)
+    cli = following(project)
+    command = wait_for(lambda: launcher.children(), 30, "the command's process")[0]
+    cli.kill()  # as a closed terminal or kill -9 would
+    cli.wait()
+    psutil.wait_procs([command], timeout=30)
+    assert not command.is_running()
+    assert ferry_json("jobs")[0]["status"] == "RUNNING"  # the job goes on, as with a hangup
+    assert launcher.is_running()
+
+
+def test_a_prompt_on_the_callers_terminal(home: Path, project: Path) -> None:
+    ferry("config", "set", "local.price_hour", "20")  # above cost.confirm_above (10 USD/h)
+    started(home)
+    pid, fd = pty.fork()
+    if pid == 0:  # `ferry run` on a terminal, asked whether to launch
+        os.chdir(project)
+        os.execv(FERRY, [FERRY, "run", "--", "python", "-c", "print('launched')"])
+    seen = read_terminal_until(fd, b"launch it? [y/N]")
+    os.write(fd, b"y\n")
+    read_terminal_until(fd, b"launched", seen)
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert ferry_json("jobs")[0]["status"] == "SUCCEEDED"
+
+
+def test_it_ends_when_idle(home: Path, project: Path) -> None:
+    ferry("config", "set", "launcher.idle", "1s")
+    launcher = started(home)
+    psutil.wait_procs([launcher], timeout=30)
+    assert not launcher.is_running()
+    assert not list((home / "run").glob("*.sock"))
+
+
+def test_turned_off_it_is_neither_started_nor_used(home: Path, project: Path) -> None:
+    off = {"FERRY_LAUNCHER": "off"}
+    assert ferry("jobs", cwd=project, env=off).returncode == 0
+    time.sleep(1)
+    assert launchers(home) == []
+    ferry("config", "set", "launcher.idle", "0")
+    assert ferry("jobs", cwd=project).returncode == 0
+    time.sleep(1)
+    assert launchers(home) == []
+
+
+def test_an_edited_ferry_is_run_fresh_and_replaces_the_launcher(
+    home: Path, project: Path, tmp_path: Path
+) -> None:
+    """A copy of Ferry's package (first on PYTHONPATH) stands for an installation that is
+    then edited: the launcher serving the old files must not run the next command."""
+    import ferry as package
+
+    copy = tmp_path / "site"
+    shutil.copytree(Path(package.__file__).parent, copy / "ferry")
+    env = {**os.environ, "PYTHONPATH": str(copy)}
+    argv = [sys.executable, "-c", "import sys; from ferry.cli.main import main; sys.exit(main())"]
+    run = [*argv, "run", "--", "python", "-c", "print('ok')"]
+    assert subprocess.run(run, cwd=project, env=env, capture_output=True).returncode == 0
+    old = started(home)
+    assert old.environ().get("PYTHONPATH") == str(copy)
+
+    spec = copy / "ferry" / "spec.py"
+    spec.write_text(spec.read_text().replace("Invalid\ninput raises", "Invalid\n input raises"))
+    edited = subprocess.run(run, cwd=project, env=env, capture_output=True, text=True)
+    assert edited.returncode == 0 and edited.stdout == "ok\n", edited.stderr
+    psutil.wait_procs([old], timeout=30)  # it declined the command, and ended
+    assert not old.is_running()
+    new = wait_for(lambda: [p for p in launchers(home) if p.pid != old.pid], 30, "a new launcher")
+    assert len(new) == 1
