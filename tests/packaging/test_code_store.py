@@ -4,6 +4,7 @@ anew; a job's copy never changes under it; a snapshot killed midway leaves nothi
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -179,3 +180,85 @@ def test_prune_runs_at_most_once_per_period(src: Path, tmp_path: Path) -> None:
     (store / "tmp" / "123-crashed").write_text("half")
     assert CodeStore(store).prune(after=PRUNE_AFTER_S) == 0
     assert (store / "tmp" / "123-crashed").exists()
+
+
+def test_snapshots_of_the_same_files_share_one_tree(src: Path, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    jobs = [tmp_path / "jobs" / name / "code" for name in ("a", "b", "c")]
+    for code in jobs:
+        snapshot_code(src, code, 10**9, store=store)
+    tree = Path(os.readlink(jobs[0]))
+    assert tree.parent == store / "trees"
+    assert all(code.is_symlink() and Path(os.readlink(code)) == tree for code in jobs)
+    assert copied(jobs[2]) == {"train.py", "pkg/model.py", "data.txt"}
+    companion = Path(f"{tree}.link")
+    assert companion.lstat().st_nlink == 4  # its own name and one per job
+    shutil.rmtree(tmp_path / "jobs" / "a")  # a job folder removed
+    assert companion.lstat().st_nlink == 3
+    (src / "new.py").write_text("n = 1\n")
+    age(src / "new.py")
+    other = tmp_path / "jobs" / "d" / "code"
+    snapshot_code(src, other, 10**9, store=store)
+    assert os.readlink(other) != str(tree)  # other files, another tree
+    assert (other / "new.py").read_text() == "n = 1\n"
+
+
+def test_an_unused_tree_is_pruned_and_a_used_one_kept(src: Path, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    kept, dropped = tmp_path / "kept" / "code", tmp_path / "dropped" / "code"
+    snapshot_code(src, kept, 10**9, store=store)
+    tree = Path(os.readlink(kept))
+    (src / "more.py").write_text("m = 2\n")
+    age(src / "more.py")
+    snapshot_code(src, dropped, 10**9, store=store)
+    gone = Path(os.readlink(dropped))
+    dropped.unlink()  # its job folder was removed
+    CodeStore(store).prune(after=0)
+    assert not gone.exists() and not Path(f"{gone}.link").exists()
+    assert tree.is_dir() and (kept / "train.py").read_text() == "print('v1')\n"
+    kept.unlink()
+    CodeStore(store).prune(after=0)
+    assert not tree.exists()
+    CodeStore(store).prune(after=0)  # its entries, unlinked just now, at the next prune
+    assert not any((store / "objects").rglob("*/*"))
+
+
+def test_a_tree_written_through_a_job_is_never_shared_again(src: Path, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    snapshot_code(src, tmp_path / "a" / "code", 10**9, store=store)
+    (tmp_path / "a" / "code" / "train.py").write_text("print('changed')\n")  # into the tree
+    fresh = tmp_path / "b" / "code"
+    snapshot_code(src, fresh, 10**9, store=store)
+    assert not fresh.is_symlink()  # a copy of its own
+    assert (fresh / "train.py").read_text() == "print('v1')\n"
+
+
+def test_the_listing_of_an_unchanged_folder_is_reused_and_any_change_is_seen(
+    src: Path, tmp_path: Path
+) -> None:
+    store = tmp_path / "store"
+    run = iter(range(100))
+
+    def snap_files() -> set[str]:
+        dest = tmp_path / f"s{next(run)}" / "code"
+        snapshot_code(src, dest, 10**9, store=store)
+        return copied(dest)
+
+    def settle(*paths: Path) -> None:  # folders changed within the last second are re-read
+        age(*paths, mtime_ns=PAST_NS)
+
+    settle(src, src / "pkg")
+    assert snap_files() == {"train.py", "pkg/model.py", "data.txt"}
+    assert len(list((store / "listings").iterdir())) == 1
+    (src / "pkg" / "extra.py").write_text("e = 1\n")  # a new file in a sub-folder
+    age(src / "pkg" / "extra.py")
+    settle(src / "pkg")  # (an older time than before: only a changed time counts)
+    assert "pkg/extra.py" in snap_files()
+    (src / ".gitignore").write_text("data.txt\n")  # an ignore file appears
+    age(src / ".gitignore")
+    settle(src)
+    assert snap_files() == {"train.py", "pkg/model.py", "pkg/extra.py", ".gitignore"}
+    with open(src / ".gitignore", "w") as file:  # edited in place: the folder keeps its times
+        file.write("*.py\n")
+    age(src / ".gitignore")
+    assert snap_files() == {"data.txt", ".gitignore"}

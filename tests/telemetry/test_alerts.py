@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 from ferry.spec import spec_from_dict
 from ferry.telemetry.alerts import AlertMonitor, Rules
@@ -123,6 +124,32 @@ def test_shared_pages_count_once_and_gpu_memory_is_not_watched_by_default() -> N
     m.saw_sample({"sys/rss_bytes": 20 * GB, "sys/pss_bytes": 5 * GB}, 1001.0)
     m.saw_sample({"gpu0/memory_used_bytes": 79 * GB, "gpu0/memory_total_bytes": 80 * GB}, 1002.0)
     assert m.due(1002.0) == []
+
+
+def test_the_sampler_counts_every_descendant_and_nothing_else() -> None:
+    import signal
+    import subprocess
+
+    from ferry.telemetry.sampler import ProcessTreeSampler
+
+    outside = subprocess.Popen(["sleep", "60"])  # this test's child, not the job's
+    # the job: a shell, its child, that child's child, and one that left for its own session
+    job = subprocess.Popen(
+        ["sh", "-c", "sh -c 'sleep 60 & wait' & setsid sleep 60 & echo ready; wait"],
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        assert job.stdout is not None and job.stdout.readline() == b"ready\n"
+        from tests.conftest import wait_for
+
+        sampler = ProcessTreeSampler(job.pid)
+        wait_for(lambda: sampler.sample().get("sys/processes") == 4, 10, "4 processes")
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+        outside.kill()
+        outside.wait()
 
 
 def test_the_sampler_measures_the_proportional_share_of_forked_workers() -> None:

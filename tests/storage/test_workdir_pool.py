@@ -1,0 +1,122 @@
+"""Working folders kept for the next attempt: only one a job left exactly as it was given is
+reused, and the attempt that takes it cannot tell it from a fresh copy."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from ferry.packaging.snapshot import snapshot_code
+from ferry.storage.workdir import POOL_SIZE, fresh_workdir, recycle
+from tests.conftest import ferry, ferry_json
+from tests.packaging.test_code_store import age
+from tests.packaging.test_snapshot import copied, tree
+
+FILES = {"train.py": "print('hi')\n", "pkg/model.py": "M = 1\n", "data/x.csv": "1,2\n"}
+
+
+@pytest.fixture
+def code(tmp_path: Path) -> Path:
+    """A job's code snapshot: a link to a tree of the code store."""
+    src = tmp_path / "src"
+    tree(src, FILES)
+    age(*(p for p in src.rglob("*") if p.is_file()))
+    dest = tmp_path / "job" / "code"
+    snapshot_code(src, dest, 10**9, store=tmp_path / "store")
+    assert dest.is_symlink()
+    return dest
+
+
+def pool_of(tmp_path: Path) -> list[Path]:
+    return [p for p in (tmp_path / "store" / "work").glob("*/*") if p.is_dir()]
+
+
+def test_a_folder_left_as_given_is_taken_by_the_next_attempt(code: Path, tmp_path: Path) -> None:
+    first = tmp_path / "first" / "work"
+    first.parent.mkdir()
+    given = fresh_workdir(code, first)
+    assert copied(first) == set(FILES)
+    (first / "pkg" / "__pycache__").mkdir()  # what `import pkg.model` leaves: dropped
+    (first / "pkg" / "__pycache__" / "model.cpython-311.pyc").write_bytes(b"\0")
+    inode = first.stat().st_ino
+    assert recycle(code, first, given)
+    assert not first.exists() and [p.stat().st_ino for p in pool_of(tmp_path)] == [inode]
+
+    second = tmp_path / "second" / "work"
+    second.parent.mkdir()
+    fresh_workdir(code, second)
+    assert second.stat().st_ino == inode  # taken, not copied
+    assert copied(second) == set(FILES)
+    for name, text in FILES.items():
+        assert (second / name).read_text() == text
+    assert pool_of(tmp_path) == []
+
+
+def _write(work: Path) -> None:
+    (work / "train.py").write_text("print('hi')\n")  # the same bytes, written again
+
+
+def _touch(work: Path) -> None:
+    os.utime(work / "data" / "x.csv", ns=(1, 1))
+
+
+def _chmod(work: Path) -> None:
+    os.chmod(work / "train.py", 0o700)
+
+
+def _add(work: Path) -> None:
+    (work / "data" / "out.csv").write_text("new")
+
+
+def _remove(work: Path) -> None:
+    (work / "pkg" / "model.py").unlink()
+
+
+def _rename_back(work: Path) -> None:
+    os.rename(work / "train.py", work / "t.py")
+    os.rename(work / "t.py", work / "train.py")
+
+
+def _replace(work: Path) -> None:
+    (work / "new.py").write_text("print('hi')\n")
+    os.replace(work / "new.py", work / "train.py")
+
+
+def _empty_folder(work: Path) -> None:
+    (work / "runs").mkdir()
+
+
+@pytest.mark.parametrize(
+    "change", [_write, _touch, _chmod, _add, _remove, _rename_back, _replace, _empty_folder]
+)
+def test_a_folder_a_job_changed_in_any_way_is_never_reused(
+    code: Path, tmp_path: Path, change: Callable[[Path], None]
+) -> None:
+    work = tmp_path / "work"
+    given = fresh_workdir(code, work)
+    change(work)
+    assert not recycle(code, work, given)
+    assert work.is_dir() and pool_of(tmp_path) == []  # left where it was, for a look
+
+
+def test_the_pool_holds_a_few_folders_per_tree(code: Path, tmp_path: Path) -> None:
+    made = []
+    for i in range(POOL_SIZE + 2):
+        work = tmp_path / f"w{i}"
+        made.append((work, fresh_workdir(code, work)))
+    kept = [recycle(code, work, given) for work, given in made]
+    assert kept == [True] * POOL_SIZE + [False, False]
+
+
+def test_a_job_runs_in_a_kept_folder_as_in_a_fresh_copy(home: Path, project: Path) -> None:
+    tree(project, {**FILES, "ls.py": "import os\nprint(sorted(os.listdir('.')))\n"})
+    age(*(p for p in project.rglob("*") if p.is_file()), project / "pkg", project / "data")
+    runs = [ferry("run", "--", sys.executable, "ls.py", cwd=project) for _ in range(3)]
+    assert [r.stdout for r in runs] == ["['data', 'ls.py', 'pkg', 'train.py']\n"] * 3
+    jobs = ferry_json("jobs")
+    assert all(not (home / "jobs" / job["id"] / "work").exists() for job in jobs)
+    assert len(list((home / "code-store" / "work").glob("*/*.files"))) == 1
