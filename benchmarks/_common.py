@@ -72,6 +72,11 @@ def sandbox() -> Iterator[Path]:
 
 CODE_FILES = 200  # the code folder case: a small project's worth of files
 
+# `ferry` with no launcher (ferry.launcher) to hand its command to: the cost of the first
+# command, or of every command where the launcher is turned off. The budgets are for the
+# commands after it (the launcher is started by the first, during the warm-up rounds).
+COLD = {"FERRY_LAUNCHER": "off"}
+
 
 @contextmanager
 def code_folder(files: int = CODE_FILES) -> Iterator[Path]:
@@ -105,15 +110,18 @@ def make_code_folder(root: Path, files: int = CODE_FILES) -> Path:
 
 
 def timed_run(
-    argv: Sequence[str], capture: bool = False, cwd: Path | None = None
+    argv: Sequence[str],
+    capture: bool = False,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
 ) -> tuple[float, str]:
-    """Run a command to its end (in ``cwd``, default this folder); return (wall seconds,
-    stdout if captured)."""
+    """Run a command to its end (in ``cwd``, default this folder; ``env`` added to this
+    environment); return (wall seconds, stdout if captured)."""
     start = time.perf_counter()
     proc = subprocess.run(
         list(argv),
         cwd=cwd,
-        env=child_env(),
+        env={**child_env(), **(env or {})},
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE if capture else subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

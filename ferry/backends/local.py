@@ -118,8 +118,11 @@ def _spawn(argv: list[str], options: dict[str, Any]) -> subprocess.Popen[bytes]:
 
 
 def prepare() -> None:
-    """Do now what starting the first command would otherwise do: probe for setpriv."""
+    """Do now what starting the first command would otherwise do: probe for setpriv, and
+    load the C library's prctl (the subreaper and parent-death settings)."""
     _pdeathsig_wrapper()
+    if sys.platform.startswith("linux"):
+        _libc()
 
 
 @cache

@@ -8,8 +8,8 @@ working folder and terminal (the file descriptors themselves, over a Unix socket
 ``FERRY_HOME/run``). It forks, and the fork runs the command: every module is imported
 already and nothing else is carried over from one command to the next. The command reads
 and writes the caller's terminal or pipes, its exit code is the caller's, and the signals
-the caller gets (Ctrl-C, a hangup, SIGTERM) are passed on to it; a caller that dies is a
-hangup.
+the caller gets (Ctrl-C, a hangup, SIGTERM) are passed on to it, Ctrl-Z stops it with the
+caller, and a caller that dies is a hangup.
 
 The launcher ends after ``launcher.idle`` (10 minutes by default) without a command, when
 a Python file it imported changes (an upgrade, or an edit of Ferry itself: the command
@@ -162,8 +162,16 @@ def _wait(conn: socket.socket, pid: int) -> int:
         except OSError:  # ended meanwhile
             pass
 
+    def suspend(signum: int, frame: object) -> None:  # Ctrl-Z: the command stops with us
+        forward(signal.SIGSTOP, frame)
+        signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTSTP)  # stopped here, until the shell's fg or bg
+        signal.signal(signal.SIGTSTP, suspend)
+        forward(signal.SIGCONT, frame)
+
     for name in _RELAYED:
         signal.signal(getattr(signal, name), forward)
+    signal.signal(signal.SIGTSTP, suspend)
     while True:
         line = _line(conn)
         if line.startswith(("exit ", "ended ")):

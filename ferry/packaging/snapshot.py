@@ -68,7 +68,7 @@ def _inside(folder: str) -> str:
 
 
 _LISTINGS = "listings"  # in the code store: what each code folder held at its last snapshot
-_LISTING_VERSION = 1
+_LISTING_VERSION = 2
 
 
 def _listed(root: str, skip: set[str], listings: Path) -> list[tuple[str, os.stat_result]]:
@@ -84,15 +84,19 @@ def _listed(root: str, skip: set[str], listings: Path) -> list[tuple[str, os.sta
     try:
         version, folders, names = marshal.loads(path.read_bytes())
         if version == _LISTING_VERSION and all(
-            _folder_state(folder) == state for folder, state in folders
+            _folder_state(folder, ignores) == state for folder, ignores, state in folders
         ):
-            return [(name, os.lstat(os.path.join(root, name))) for name in names]
+            prefix = _inside(root)
+            return [(name, os.lstat(prefix + name)) for name in names]
     except (OSError, ValueError, EOFError, TypeError):  # none yet, or changed since
         pass
     files, folders = _collect(root, skip)
     racy = time.time_ns() - 1_000_000_000
-    states = [(folder, _folder_state(folder)) for folder in folders]
-    if all(state[2] < racy for _, state in states):
+    states = []
+    for folder in folders:
+        ignores = tuple(n for n in _IGNORE_FILES if os.path.lexists(os.path.join(folder, n)))
+        states.append((folder, ignores, _folder_state(folder, ignores)))
+    if all(state[2] < racy for _, _, state in states):
         with contextlib.suppress(OSError):
             listings.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(f"{path.name}.{os.getpid()}-{os.urandom(4).hex()}")
@@ -101,11 +105,12 @@ def _listed(root: str, skip: set[str], listings: Path) -> list[tuple[str, os.sta
     return files
 
 
-def _folder_state(folder: str) -> tuple[int, ...]:
-    """What tells that ``folder``'s entries, or its ignore files, changed."""
+def _folder_state(folder: str, names: tuple[str, ...] = _IGNORE_FILES) -> tuple[int, ...]:
+    """What tells that ``folder``'s entries, or its ignore files among ``names``, changed.
+    (An ignore file that appears or goes changes the folder's own times.)"""
     st = os.stat(folder)
     state = [st.st_ino, st.st_dev, st.st_mtime_ns, st.st_ctime_ns]
-    for name in _IGNORE_FILES:
+    for name in names:
         try:
             own = os.stat(os.path.join(folder, name))
             state += [own.st_ino, own.st_size, own.st_mtime_ns, own.st_ctime_ns]

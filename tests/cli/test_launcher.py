@@ -206,3 +206,18 @@ def test_an_edited_ferry_is_run_fresh_and_replaces_the_launcher(
     assert not old.is_running()
     new = wait_for(lambda: [p for p in launchers(home) if p.pid != old.pid], 30, "a new launcher")
     assert len(new) == 1
+
+
+def test_ctrl_z_stops_the_command_with_the_caller(home: Path, project: Path) -> None:
+    ferry("jobs", cwd=project)
+    launcher = started(home)
+    cli = following(project)
+    command = wait_for(lambda: launcher.children(), 30, "the command's process")[0]
+    cli.send_signal(signal.SIGTSTP)
+    wait_for(lambda: command.status() == psutil.STATUS_STOPPED, 10, "the command to stop")
+    wait_for(lambda: psutil.Process(cli.pid).status() == psutil.STATUS_STOPPED, 10, "ferry")
+    cli.send_signal(signal.SIGCONT)  # what the shell's fg sends
+    wait_for(lambda: command.status() != psutil.STATUS_STOPPED, 10, "the command to go on")
+    cli.send_signal(signal.SIGINT)
+    cli.communicate(timeout=30)
+    assert cli.returncode == 130
