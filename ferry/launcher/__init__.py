@@ -4,12 +4,12 @@ pydantic, and the rest a command needs) and runs each command in a fork of itsel
 Starting Python and importing what ``ferry run`` needs costs a quarter of a second, more
 than the whole budget for launching a job. So a ``ferry`` command that finds no launcher
 starts one as it ends, and the next commands hand it their arguments, environment, limits,
-working folder and terminal (the file descriptors themselves, over a Unix socket in
-``FERRY_HOME/run``). It forks, and the fork runs the command: every module is imported
-already and nothing else is carried over from one command to the next. The command reads
-and writes the caller's terminal or pipes, its exit code is the caller's, and the signals
-the caller gets (Ctrl-C, a hangup, SIGTERM) are passed on to it, Ctrl-Z stops it with the
-caller, and a caller that dies is a hangup.
+priority, CPU affinity, working folder and terminal (the file descriptors themselves, over
+a Unix socket in ``FERRY_HOME/run``). It forks, and the fork runs the command: every
+module is imported already and nothing else is carried over from one command to the next.
+The command reads and writes the caller's terminal or pipes, its exit code is the
+caller's, the signals the caller gets (Ctrl-C, a hangup, SIGTERM) are passed on to it,
+Ctrl-Z stops it with the caller, and a caller that dies is a hangup.
 
 The launcher ends after ``launcher.idle`` (10 minutes by default) without a command, when
 a Python file it imported changes (an upgrade, or an edit of Ferry itself: the command
@@ -41,6 +41,7 @@ _LIMITS = (  # the caller's resource limits a command (and so its job) takes on
     *("RLIMIT_NOFILE", "RLIMIT_CORE", "RLIMIT_STACK", "RLIMIT_FSIZE", "RLIMIT_AS"),
     *("RLIMIT_DATA", "RLIMIT_NPROC", "RLIMIT_MEMLOCK", "RLIMIT_CPU", "RLIMIT_NICE"),
 )
+_NAMESPACES = ("mnt", "net", "pid", "user", "uts", "ipc")
 _missing = False  # this command found no launcher to run it
 
 
@@ -50,14 +51,24 @@ def enabled() -> bool:
 
 
 def socket_path() -> str | None:
-    """The socket of the launcher for this FERRY_HOME and this Ferry installation (its
-    interpreter, its files and PYTHONPATH); None where the path is too long for a Unix
-    socket."""
+    """The socket of the launcher for this FERRY_HOME, this Ferry installation (its
+    interpreter, files, PYTHONPATH and locale) and this place on the machine (the control
+    group and namespaces a command runs in, which a fork keeps from the launcher: a
+    command started under ``systemd-run`` or in another container gets a launcher of its
+    own). None where the path is too long for a Unix socket."""
     home = os.environ.get("FERRY_HOME") or os.path.join(os.path.expanduser("~"), ".ferry")
     home = os.path.abspath(os.path.expanduser(home))
     here = os.path.dirname(os.path.abspath(__file__))
-    ident = "\0".join((sys.executable, here, sys.version, os.environ.get("PYTHONPATH", "")))
-    path = os.path.join(home, FOLDER, f"launcher-{zlib.crc32(ident.encode()):08x}.sock")
+    ident = [sys.executable, here, sys.version]
+    ident += [os.environ.get(k, "") for k in ("PYTHONPATH", "LANG", "LC_ALL", "LC_CTYPE")]
+    try:
+        with open("/proc/self/cgroup") as file:
+            ident.append(file.read())
+        ident += [os.readlink(f"/proc/self/ns/{kind}") for kind in _NAMESPACES]
+    except OSError:  # not Linux, or no /proc: one launcher per installation, then
+        pass
+    code = zlib.crc32("\0".join(ident).encode(errors="surrogateescape"))
+    path = os.path.join(home, FOLDER, f"launcher-{code:08x}.sock")
     return path if len(os.fsencode(path)) < 100 else None
 
 
@@ -77,6 +88,7 @@ def relay(argv: list[str]) -> int | None:
         conn.close()
         _missing = True
         return None
+    relayed = _Signals()  # from now on: a Ctrl-C as the command starts is the command's
     try:
         pid = _hand_over(conn, argv)
     except OSError:
@@ -84,8 +96,10 @@ def relay(argv: list[str]) -> int | None:
     if pid is None:  # nothing started there (it is out of date, and ends): run it here
         conn.close()
         _missing = True
+        relayed.restore()  # (and a signal that came meanwhile is this process's again)
         return None
-    return _wait(conn, pid)
+    relayed.to(pid)
+    return _wait(conn)
 
 
 def _hand_over(conn: socket.socket, argv: list[str]) -> int | None:
@@ -111,6 +125,8 @@ def _hand_over(conn: socket.socket, argv: list[str]) -> int | None:
                 "env": dict(os.environ),
                 "umask": umask,
                 "limits": limits,
+                "nice": os.getpriority(os.PRIO_PROCESS, 0),
+                "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [],
                 "stdio": [_stream(s) for s in (sys.stdin, sys.stdout, sys.stderr)],
             }
         )
@@ -152,26 +168,63 @@ def _line(conn: socket.socket) -> str:
     return line.decode(errors="replace")
 
 
-def _wait(conn: socket.socket, pid: int) -> int:
-    """Pass signals on to the command until it ends; its exit code."""
-    import signal
+class _Signals:
+    """Signals this process gets, passed on to the command once its process is known (held
+    until then): Ctrl-C, SIGTERM, a hangup and the like as they are; Ctrl-Z stops the
+    command, then this process, and the shell's ``fg`` or ``bg`` continues both."""
 
-    def forward(signum: int, frame: object) -> None:
+    def __init__(self) -> None:
+        import signal
+
+        self._signal = signal
+        self._pid: int | None = None
+        self._held: list[int] = []
+        self._previous = {name: signal.getsignal(getattr(signal, name)) for name in _RELAYED}
+        self._previous["SIGTSTP"] = signal.getsignal(signal.SIGTSTP)
+        for name in _RELAYED:
+            signal.signal(getattr(signal, name), self._forward)
+        signal.signal(signal.SIGTSTP, self._suspend)
+
+    def to(self, pid: int) -> None:
+        """The command's process is ``pid``: send what was held."""
+        self._pid = pid
+        held, self._held = self._held, []
+        for signum in held:
+            if signum == self._signal.SIGTSTP:
+                self._suspend(signum, None)
+            else:
+                self._forward(signum, None)
+
+    def restore(self) -> None:
+        """Back to how this process handled them, and raise here what was held."""
+        for name, handler in self._previous.items():
+            self._signal.signal(getattr(self._signal, name), handler)
+        for signum in self._held:
+            self._signal.raise_signal(signum)
+
+    def _forward(self, signum: int, frame: object) -> None:
+        if self._pid is None:
+            self._held.append(signum)
+            return
         try:
-            os.kill(pid, signum)
+            os.kill(self._pid, signum)
         except OSError:  # ended meanwhile
             pass
 
-    def suspend(signum: int, frame: object) -> None:  # Ctrl-Z: the command stops with us
-        forward(signal.SIGSTOP, frame)
+    def _suspend(self, signum: int, frame: object) -> None:
+        signal = self._signal
+        if self._pid is None:
+            self._held.append(signum)
+            return
+        self._forward(signal.SIGSTOP, frame)
         signal.signal(signal.SIGTSTP, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTSTP)  # stopped here, until the shell's fg or bg
-        signal.signal(signal.SIGTSTP, suspend)
-        forward(signal.SIGCONT, frame)
+        signal.signal(signal.SIGTSTP, self._suspend)
+        self._forward(signal.SIGCONT, frame)
 
-    for name in _RELAYED:
-        signal.signal(getattr(signal, name), forward)
-    signal.signal(signal.SIGTSTP, suspend)
+
+def _wait(conn: socket.socket) -> int:
+    """The command's exit code, once it has ended."""
     while True:
         line = _line(conn)
         if line.startswith(("exit ", "ended ")):

@@ -248,6 +248,7 @@ def _become_caller(conn: socket.socket) -> list[str]:
     import resource
     import signal
     import struct
+    import time
 
     os.setpgid(0, 0)  # out of the launcher's group: signals to one never reach the other
     for name in ("SIGINT",):
@@ -286,6 +287,16 @@ def _become_caller(conn: socket.socket) -> list[str]:
             resource.setrlimit(getattr(resource, name), limit)
         except (ValueError, OSError, AttributeError):
             pass
+    try:  # (a lower priority than the launcher's can always be taken; a higher one not)
+        os.setpriority(os.PRIO_PROCESS, 0, request["nice"])
+    except OSError:
+        pass
+    if request["cpus"] and hasattr(os, "sched_setaffinity"):
+        try:
+            os.sched_setaffinity(0, request["cpus"])
+        except OSError:
+            pass
+    time.tzset()  # (TZ may differ from the launcher's)
     _streams(request["stdio"])
     sys.argv = [request["argv0"], *request["argv"]]
     random.seed()  # (the launcher's state would repeat in every command)

@@ -92,10 +92,12 @@ def test_a_command_starts_one_and_the_next_runs_in_it(home: Path, project: Path)
     (project / "show.py").write_text(
         "import os, sys, time\n"
         "print(open('data.txt').read(), os.environ['TOKEN'], oct(os.umask(0)))\n"
+        "print(os.getpriority(os.PRIO_PROCESS, 0), sorted(os.sched_getaffinity(0)))\n"
         "time.sleep(float(sys.argv[1]))\n"
     )
+    caller = f"umask 027 && exec nice -n 7 taskset -c 0 {FERRY} run --secret TOKEN"
     cli = subprocess.Popen(
-        ["sh", "-c", f"umask 027 && exec {FERRY} run --secret TOKEN -- python show.py 2"],
+        ["sh", "-c", f"{caller} -- python show.py 2"],
         cwd=project,
         env={**os.environ, "TOKEN": "s3cret"},
         stdout=subprocess.PIPE,
@@ -106,7 +108,7 @@ def test_a_command_starts_one_and_the_next_runs_in_it(home: Path, project: Path)
     wait_for(lambda: launcher.children(), 30, "the launcher to run the command")
     out, err = cli.communicate(timeout=60)
     assert cli.returncode == 0, err
-    assert out == "from the caller's folder s3cret 0o27\n"
+    assert out == "from the caller's folder s3cret 0o27\n7 [0]\n"  # its priority and CPUs
     job = ferry_json("jobs")[0]
     assert f"ferry: {job['id']} SUCCEEDED" in err
 
