@@ -213,7 +213,9 @@ def test_an_edited_ferry_is_run_fresh_and_replaces_the_launcher(
 def test_ctrl_z_stops_the_command_with_the_caller(home: Path, project: Path) -> None:
     ferry("jobs", cwd=project)
     launcher = started(home)
-    cli = following(project)
+    # a process group of its own whose parent is in another group of the session, as a
+    # shell's job is: a group without one (orphaned) is never stopped by SIGTSTP
+    cli = following(project, process_group=0)
     command = wait_for(lambda: launcher.children(), 30, "the command's process")[0]
     cli.send_signal(signal.SIGTSTP)
     wait_for(lambda: command.status() == psutil.STATUS_STOPPED, 10, "the command to stop")
