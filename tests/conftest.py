@@ -28,10 +28,10 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv("FERRY_HOME", str(path))
     monkeypatch.setenv("FERRY_TEST_TMP", str(tmp_path))
     yield path
-    _stop_leftovers(path)
+    stop_leftovers(path)
 
 
-def _stop_leftovers(path: Path) -> None:
+def stop_leftovers(path: Path) -> None:
     """Cancel whatever a failed test left running, so no process outlives the test."""
     if not (path / "ferry.db").exists():
         return

@@ -73,6 +73,10 @@ def config_cmd(args: argparse.Namespace) -> int:
             from ferry.cli._common import store_now
 
             store_now()
+        if args.key == "launcher.idle" and not config.get("launcher.idle"):
+            from ferry import launcher
+
+            launcher.stop_all(str(config.ferry_home()))  # each ends after its commands
     else:
         raw = config.load_raw()
         rows = [

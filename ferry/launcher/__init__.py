@@ -61,6 +61,10 @@ def socket_path() -> str | None:
     here = os.path.dirname(os.path.abspath(__file__))
     ident = [sys.executable, here, sys.version]
     ident += [os.environ.get(k, "") for k in ("PYTHONPATH", "LANG", "LC_ALL", "LC_CTYPE")]
+    # what a fork cannot take on from the caller: its ids and groups, a priority higher
+    # than the launcher's, hard limits above the launcher's
+    ident += [repr((os.getuid(), os.geteuid(), os.getgid(), os.getegid(), os.getgroups()))]
+    ident += [repr((os.getpriority(os.PRIO_PROCESS, 0), _hard_limits()))]
     try:
         with open("/proc/self/cgroup") as file:
             ident.append(file.read())
@@ -72,6 +76,12 @@ def socket_path() -> str | None:
     return path if len(os.fsencode(path)) < 100 else None
 
 
+def _hard_limits() -> list[int]:
+    import resource
+
+    return [resource.getrlimit(getattr(resource, n))[1] for n in _LIMITS if hasattr(resource, n)]
+
+
 def relay(argv: list[str]) -> int | None:
     """Run ``ferry ARGV`` in the launcher and return its exit code; None when no launcher
     took the command (then the caller runs it itself)."""
@@ -79,7 +89,7 @@ def relay(argv: list[str]) -> int | None:
     if not enabled():
         return None
     path = socket_path()
-    if path is None:
+    if path is None or _in_background():
         return None
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -88,9 +98,13 @@ def relay(argv: list[str]) -> int | None:
         conn.close()
         _missing = True
         return None
+    if not _ours(conn, os.path.dirname(path)):  # run here, then start one to replace it
+        conn.close()
+        _missing = True
+        return None
     relayed = _Signals()  # from now on: a Ctrl-C as the command starts is the command's
     try:
-        pid = _hand_over(conn, argv)
+        pid = _hand_over(conn, argv, relayed.ignored)
     except OSError:
         pid = None
     if pid is None:  # nothing started there (it is out of date, and ends): run it here
@@ -102,9 +116,33 @@ def relay(argv: list[str]) -> int | None:
     return _wait(conn)
 
 
-def _hand_over(conn: socket.socket, argv: list[str]) -> int | None:
-    """Send the command, with this process's descriptors 0-2 and working folder; the pid
-    of the process running it, or None if the launcher declined (out of date)."""
+def _in_background() -> bool:
+    """Whether this process was started in the background of a terminal: there, the
+    terminal's job control (a read stopping it) applies to this process only."""
+    try:
+        return os.isatty(0) and os.tcgetpgrp(0) != os.getpgrp()
+    except OSError:
+        return False
+
+
+def _ours(conn: socket.socket, folder: str) -> bool:
+    """Whether the launcher at the other end runs as this user, from a folder only this
+    user can write to: this process's environment and descriptors go to no one else."""
+    import struct
+
+    try:
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        st = os.stat(folder)
+    except OSError:
+        return False
+    uid = os.getuid()
+    return struct.unpack("3i", creds)[1] == uid and st.st_uid == uid and not st.st_mode & 0o077
+
+
+def _hand_over(conn: socket.socket, argv: list[str], ignored: list[str]) -> int | None:
+    """Send the command, with this process's descriptors 0-2 and working folder, and the
+    signals it ignores (``nohup``); the pid of the process running it, or None if the
+    launcher declined (out of date)."""
     import array
     import resource
     import struct
@@ -128,6 +166,7 @@ def _hand_over(conn: socket.socket, argv: list[str]) -> int | None:
                 "nice": os.getpriority(os.PRIO_PROCESS, 0),
                 "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [],
                 "stdio": [_stream(s) for s in (sys.stdin, sys.stdout, sys.stderr)],
+                "ignored": ignored,
             }
         )
         fds = array.array("i", [0, 1, 2, cwd])
@@ -179,11 +218,16 @@ class _Signals:
         self._signal = signal
         self._pid: int | None = None
         self._held: list[int] = []
-        self._previous = {name: signal.getsignal(getattr(signal, name)) for name in _RELAYED}
-        self._previous["SIGTSTP"] = signal.getsignal(signal.SIGTSTP)
+        names = (*_RELAYED, "SIGTSTP")
+        self._previous = {name: signal.getsignal(getattr(signal, name)) for name in names}
+        # one this process ignores (nohup's SIGHUP, a background job's SIGINT) is ignored
+        # by the command too, and not passed on
+        self.ignored = [n for n, handler in self._previous.items() if handler is signal.SIG_IGN]
         for name in _RELAYED:
-            signal.signal(getattr(signal, name), self._forward)
-        signal.signal(signal.SIGTSTP, self._suspend)
+            if name not in self.ignored:
+                signal.signal(getattr(signal, name), self._forward)
+        if "SIGTSTP" not in self.ignored:
+            signal.signal(signal.SIGTSTP, self._suspend)
 
     def to(self, pid: int) -> None:
         """The command's process is ``pid``: send what was held."""
@@ -251,14 +295,17 @@ def start(idle_s: float) -> None:
     folder = os.path.dirname(path)
     try:
         os.makedirs(folder, mode=0o700, exist_ok=True)
+        os.chmod(folder, 0o700)  # (one made before, by hand or another umask: private again)
         log = os.open(os.path.join(folder, LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     except OSError:
         return
     try:
         # -P and cwd /: nothing in the caller's folder shadows a module of the launcher's
+        home = os.path.dirname(folder)  # (absolute: the launcher runs from /)
         subprocess.Popen(
             [sys.executable, "-P", "-m", "ferry.launcher", "--idle", str(idle_s)],
             cwd="/",
+            env={**os.environ, "FERRY_HOME": home},
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,
@@ -269,3 +316,18 @@ def start(idle_s: float) -> None:
         pass
     finally:
         os.close(log)
+
+
+def stop_all(home: str) -> int:
+    """Take the sockets of the launchers of FERRY_HOME ``home`` away: each ends once its
+    running commands have (``ferry config set launcher.idle 0``). Returns how many."""
+    import glob
+
+    stopped = 0
+    for path in glob.glob(os.path.join(glob.escape(home), FOLDER, "launcher-*.sock")):
+        try:
+            os.unlink(path)
+            stopped += 1
+        except FileNotFoundError:
+            continue
+    return stopped

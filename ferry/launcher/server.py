@@ -54,7 +54,11 @@ def serve(idle_s: float) -> int:
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # ferry/
     own = {f: s for f, s in files.items() if f.startswith(package + os.sep)}
 
-    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    folder = os.path.dirname(path)
+    if not os.path.isdir(os.path.dirname(folder)):
+        return 0  # FERRY_HOME was removed meanwhile: never make it again
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    os.chmod(folder, 0o700)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     tmp = f"{path}.{os.getpid()}"
     listener.bind(tmp)
@@ -68,33 +72,35 @@ def serve(idle_s: float) -> int:
     last_used = time.monotonic()
     checked = time.monotonic()
     try:
-        while True:
+        while not server.stale:
             if server.poll(1.0):
                 last_used = time.monotonic()
             server.reap()
-            if server.stale:
-                return 0
             now = time.monotonic()
             if server.busy():
                 last_used = now
             elif now - last_used >= idle_s:
-                return 0
+                break
             if now - checked >= 2.0:
                 checked = now
                 try:
                     if os.stat(path).st_ino != mine:
-                        return 0  # replaced
+                        break  # replaced
                 except FileNotFoundError:
-                    return 0  # removed
+                    break  # removed
                 if _changed(files):
-                    return 0
+                    break
     finally:
-        listener.close()
+        server.close()
         try:
             if os.stat(path).st_ino == mine:
                 os.unlink(path)
         except OSError:
             pass
+    while server.busy():  # the commands running still have their callers to answer
+        server.poll(1.0)
+        server.reap()
+    return 0
 
 
 def _module_files() -> dict[str, tuple[int, int]]:
@@ -139,6 +145,12 @@ class _Server:
 
     def busy(self) -> bool:
         return bool(self.children)
+
+    def close(self) -> None:
+        """Take no more commands."""
+        if self.listener.fileno() >= 0:
+            self._poll.unregister(self.listener.fileno())
+            self.listener.close()
 
     def poll(self, timeout_s: float) -> bool:
         """Serve what arrived within ``timeout_s``; whether a command started."""
@@ -187,6 +199,7 @@ class _Server:
         self._poll.unregister(fd)
         if pid in self.children:  # not reaped: alive, or a zombie (its pid still ours)
             os.kill(pid, signal.SIGHUP)
+            os.kill(pid, signal.SIGCONT)  # (one stopped by Ctrl-Z takes the hangup too)
         conn.close()
 
     def reap(self) -> None:
@@ -220,6 +233,9 @@ def _command(conn: socket.socket, inherited: list[socket.socket]) -> None:
         argv = _become_caller(conn)
         conn.sendall(f"pid {os.getpid()}\n".encode())
         code = _run(argv)
+    except KeyboardInterrupt:  # a Ctrl-C before the command had its own handling
+        print("ferry: interrupted", file=sys.stderr)
+        code = 130
     except BaseException:
         import traceback
 
@@ -253,7 +269,7 @@ def _become_caller(conn: socket.socket) -> list[str]:
     os.setpgid(0, 0)  # out of the launcher's group: signals to one never reach the other
     for name in ("SIGINT",):
         signal.signal(getattr(signal, name), signal.default_int_handler)
-    for name in ("SIGTERM", "SIGHUP", "SIGCHLD", "SIGQUIT", "SIGUSR1", "SIGUSR2"):
+    for name in ("SIGTERM", "SIGHUP", "SIGCHLD", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGTSTP"):
         signal.signal(getattr(signal, name), signal.SIG_DFL)
     size = socket.CMSG_SPACE(4 * 4)
     data, ancillary, _, _ = conn.recvmsg(4, size)
@@ -297,6 +313,8 @@ def _become_caller(conn: socket.socket) -> list[str]:
         except OSError:
             pass
     time.tzset()  # (TZ may differ from the launcher's)
+    for name in request["ignored"]:  # as the caller (nohup, a background job)
+        signal.signal(getattr(signal, name), signal.SIG_IGN)
     _streams(request["stdio"])
     sys.argv = [request["argv0"], *request["argv"]]
     random.seed()  # (the launcher's state would repeat in every command)

@@ -38,6 +38,7 @@ from pathlib import Path
 FOLDER = "code-store"  # under FERRY_HOME, beside the job folders (links need one file system)
 TREES = "trees"  # shared snapshots: a folder of links per set of files
 POOL = "work"  # clean working folders of each tree, for the next attempt (storage.workdir)
+TREE_FOLDER_NS = 1_000_000_000  # a tree's folders' time (1970): any change of entries shows
 RACY_NS = 1_000_000_000  # files modified this recently are copied, not kept (clock ticks)
 PRUNE_AFTER_S = 3600.0  # an unlinked entry or a crashed copy is removed after this long
 _PRUNED = "pruned"  # its modification time says when the store was last pruned
@@ -179,6 +180,8 @@ class CodeStore:
                     linked += self.place(src, st, target)
             if not self._usable:  # an entry could not be linked: no sharing here
                 return None
+            for folder in made:  # a file added to the tree later changes its folder's time
+                os.utime(folder, ns=(TREE_FOLDER_NS, TREE_FOLDER_NS))
             os.makedirs(os.path.dirname(tree), exist_ok=True)
             try:
                 os.rename(tmp, tree)
@@ -260,12 +263,22 @@ class CodeStore:
         """Remove, once they are older than ``after`` seconds: trees no job uses, kept
         working folders, crashed copies, then entries nothing links any more. At most once
         per ``after``. Returns how many entries, trees and folders were removed."""
+        import fcntl
+
         marker = self.root / _PRUNED
         now = time.time()
         with contextlib.suppress(FileNotFoundError):  # (never pruned yet)
             if now - marker.stat().st_mtime < after:
                 return 0
-        marker.touch()
+        with open(marker, "a") as lock:
+            try:  # one prune at a time; another one under way does this one's work
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                return 0
+            os.utime(marker)
+            return self._prune(now, after)
+
+    def _prune(self, now: float, after: float) -> int:
         removed = self._prune_trees(now, after) + self._prune_pool(now, after)
         for top in (self._tmp, self._objects):
             for folder, _dirs, files in os.walk(top):
@@ -292,8 +305,9 @@ class CodeStore:
         with contextlib.suppress(FileNotFoundError), os.scandir(trees) as entries:
             for entry in list(entries):
                 if not entry.is_dir(follow_symlinks=False):
-                    if "." in entry.name and not os.path.isdir(entry.path.rsplit(".", 1)[0]):
-                        with contextlib.suppress(FileNotFoundError):  # a note of a removed tree
+                    tree, _, kind = entry.path.rpartition(".")
+                    if kind != "link" and not os.path.isdir(tree):  # a removed tree's note
+                        with contextlib.suppress(FileNotFoundError):
                             os.unlink(entry.path)
                     continue
                 try:  # the companion's link count: its own name, plus one per job
@@ -371,8 +385,11 @@ def _identity(src: str, st: os.stat_result) -> bytes:
 
 
 def _intact(tree: str, files: list[tuple[str, os.stat_result]]) -> bool:
-    """Whether each file of the tree still has the size, time and mode it was made with."""
+    """Whether each file of the tree still has the size, time and mode it was made with,
+    and no folder of it has had an entry added, removed or renamed."""
+    folders = {tree}
     for rel, st in files:
+        folders.add(os.path.dirname(os.path.join(tree, rel)))
         if stat.S_ISLNK(st.st_mode):
             continue
         try:
@@ -385,7 +402,10 @@ def _intact(tree: str, files: list[tuple[str, os.stat_result]]) -> bool:
             file_mode(st),
         ):
             return False
-    return True
+    try:
+        return all(os.stat(folder).st_mtime_ns == TREE_FOLDER_NS for folder in folders)
+    except OSError:
+        return False
 
 
 def _older(path: str, now: float, after: float) -> bool:

@@ -90,13 +90,9 @@ def _listed(root: str, skip: set[str], listings: Path) -> list[tuple[str, os.sta
             return [(name, os.lstat(prefix + name)) for name in names]
     except (OSError, ValueError, EOFError, TypeError):  # none yet, or changed since
         pass
-    files, folders = _collect(root, skip)
+    files, states = _collect(root, skip, looked=[])
     racy = time.time_ns() - 1_000_000_000
-    states = []
-    for folder in folders:
-        ignores = tuple(n for n in _IGNORE_FILES if os.path.lexists(os.path.join(folder, n)))
-        states.append((folder, ignores, _folder_state(folder, ignores)))
-    if all(state[2] < racy for _, _, state in states):
+    if states is not None and all(state[2] < racy for _, _, state in states):
         with contextlib.suppress(OSError):
             listings.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(f"{path.name}.{os.getpid()}-{os.urandom(4).hex()}")
@@ -119,24 +115,37 @@ def _folder_state(folder: str, names: tuple[str, ...] = _IGNORE_FILES) -> tuple[
     return tuple(state)
 
 
-def _collect(root: str, skip: set[str]) -> tuple[list[tuple[str, os.stat_result]], list[str]]:
+Looked = list[tuple[str, tuple[str, ...], tuple[int, ...]]]  # (folder, ignore files, state)
+
+
+def _collect(
+    root: str, skip: set[str], looked: Looked | None = None
+) -> tuple[list[tuple[str, os.stat_result]], Looked | None]:
     """Files to copy (path relative to ``root``, lstat), honouring ignore files at every
-    level; and the folders looked through."""
+    level. With ``looked``, also each folder's state (:func:`_folder_state`) as it was
+    before it was read (a change while the walk goes on shows next time); None in its
+    place when a folder could not be read (whose later change of mode its parent's times
+    do not show)."""
     found: list[tuple[str, os.stat_result]] = []
-    looked: list[str] = []
     prefix = len(_inside(root))
     # each entry: (folder, [(prefix of the folder an ignore file belongs to, its spec)])
     stack: list[tuple[str, list[tuple[str, object]]]] = [(root, [])]
     while stack:
         folder, specs = stack.pop()
+        if looked is not None:
+            ignores = tuple(n for n in _IGNORE_FILES if os.path.lexists(os.path.join(folder, n)))
+            try:
+                looked.append((folder, ignores, _folder_state(folder, ignores)))
+            except OSError:  # gone meanwhile
+                looked = None
         own = _ignore_spec(folder)
         if own is not None:
             specs = [*specs, (_inside(folder), own)]
         try:
             entries = list(os.scandir(folder))
         except PermissionError:
+            looked = None
             continue
-        looked.append(folder)
         for entry in entries:
             path = entry.path
             if entry.name in _ALWAYS_IGNORED or path in skip:

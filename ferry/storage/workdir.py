@@ -44,6 +44,8 @@ def fresh_workdir(
     (the snapshot is not a shared tree, or too big)."""
     tmp = work.with_name(f".{work.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
+    if code.is_symlink() and not code.is_dir():
+        raise FileNotFoundError(f"the job's code snapshot is gone ({os.readlink(code)})")
     pool = Pool.of(code)
     files = pool.take(tmp) if pool is not None else None
     if files is None:
@@ -55,7 +57,7 @@ def fresh_workdir(
             tmp.mkdir(parents=True)
         if pool is not None:
             files = _files(tmp)[0]
-    if files is not None and sum(size for _, _, size in files.values()) > POOL_MAX_BYTES:
+    if files is not None and sum(entry[3] for entry in files.values()) > POOL_MAX_BYTES:
         files = None
     if fill is not None:
         fill(tmp)
@@ -65,9 +67,11 @@ def fresh_workdir(
     return files
 
 
-# relative path -> (inode, change time, size) of each file and link of a folder, and
-# (inode, mode, 0) of each folder in it
-Files = dict[str, tuple[int, int, int]]
+# relative path -> (inode, change time, modification time, size, mode) of each file and
+# link of a folder, and (inode, 0, 0, 0, mode) of each folder in it. (Copies carry their
+# source's old modification time: a write within the same tick of the coarse clock as
+# the copy, which may keep the change time, still changes that.)
+Files = dict[str, tuple[int, int, int, int, int]]
 
 
 def _files(folder: Path) -> tuple[Files, list[str]]:
@@ -82,11 +86,17 @@ def _files(folder: Path) -> tuple[Files, list[str]]:
                 name = f"{rel}/{entry.name}" if rel else entry.name
                 st = entry.stat(follow_symlinks=False)
                 if not stat.S_ISDIR(st.st_mode):
-                    found[name] = (st.st_ino, st.st_ctime_ns, st.st_size)
+                    found[name] = (
+                        st.st_ino,
+                        st.st_ctime_ns,
+                        st.st_mtime_ns,
+                        st.st_size,
+                        st.st_mode,
+                    )
                 elif entry.name == "__pycache__":  # (never in a snapshot)
                     caches.append(name)
                 else:  # what a folder holds counts, not its times
-                    found[name] = (st.st_ino, st.st_mode, 0)
+                    found[name] = (st.st_ino, 0, 0, 0, st.st_mode)
                     stack.append(name)
     return found, caches
 

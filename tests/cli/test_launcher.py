@@ -22,7 +22,14 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.conftest import FERRY, ferry, ferry_json, read_terminal_until, wait_for
+from tests.conftest import (
+    FERRY,
+    ferry,
+    ferry_json,
+    read_terminal_until,
+    stop_leftovers,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -33,10 +40,10 @@ def home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv("FERRY_HOME", str(path))
     monkeypatch.setenv("FERRY_LAUNCHER", "on")
     yield path
+    stop_leftovers(path)  # (through Python: a `ferry` command would start a launcher again)
     for proc in launchers(path):
         proc.terminate()
     psutil.wait_procs(launchers(path), timeout=10)
-    subprocess.run([FERRY, "cancel", "--all"], capture_output=True, timeout=60, check=False)
     shutil.rmtree(path, ignore_errors=True)
 
 
@@ -67,6 +74,24 @@ def started(home: Path) -> psutil.Process:
     return procs[0]
 
 
+def command_of(launcher: psutil.Process) -> psutil.Process:
+    """The process the launcher forked to run the command under way."""
+
+    def running() -> list[psutil.Process]:
+        found = []
+        for child in launcher.children():
+            try:
+                if child.status() != psutil.STATUS_ZOMBIE:
+                    found.append(child)
+            except psutil.Error:
+                continue
+        return found
+
+    forks = wait_for(running, 30, "the launcher to run the command")
+    assert len(forks) == 1
+    return forks[0]
+
+
 def following(project: Path, **options: Any) -> subprocess.Popen[str]:
     """`ferry run` following a job that runs for a minute, once the job's output shows."""
     sleeper = "import time; print('up', flush=True); time.sleep(60)"
@@ -95,7 +120,7 @@ def test_a_command_starts_one_and_the_next_runs_in_it(home: Path, project: Path)
         "print(os.getpriority(os.PRIO_PROCESS, 0), sorted(os.sched_getaffinity(0)))\n"
         "time.sleep(float(sys.argv[1]))\n"
     )
-    caller = f"umask 027 && exec nice -n 7 taskset -c 0 {FERRY} run --secret TOKEN"
+    caller = f"umask 027 && exec taskset -c 0 {FERRY} run --secret TOKEN"
     cli = subprocess.Popen(
         ["sh", "-c", f"{caller} -- python show.py 2"],
         cwd=project,
@@ -105,10 +130,10 @@ def test_a_command_starts_one_and_the_next_runs_in_it(home: Path, project: Path)
         text=True,
     )
     # the command runs in a fork of the launcher, not in the process that was started
-    wait_for(lambda: launcher.children(), 30, "the launcher to run the command")
+    command_of(launcher)
     out, err = cli.communicate(timeout=60)
     assert cli.returncode == 0, err
-    assert out == "from the caller's folder s3cret 0o27\n7 [0]\n"  # its priority and CPUs
+    assert out == "from the caller's folder s3cret 0o27\n0 [0]\n"  # and its CPUs
     job = ferry_json("jobs")[0]
     assert f"ferry: {job['id']} SUCCEEDED" in err
 
@@ -140,7 +165,7 @@ def test_a_caller_that_dies_takes_its_command_along_not_the_job(home: Path, proj
     ferry("jobs", cwd=project)
     launcher = started(home)
     cli = following(project)
-    command = wait_for(lambda: launcher.children(), 30, "the command's process")[0]
+    command = command_of(launcher)
     cli.kill()  # as a closed terminal or kill -9 would
     cli.wait()
     psutil.wait_procs([command], timeout=30)
@@ -210,18 +235,127 @@ def test_an_edited_ferry_is_run_fresh_and_replaces_the_launcher(
     assert len(new) == 1
 
 
-def test_ctrl_z_stops_the_command_with_the_caller(home: Path, project: Path) -> None:
+@pytest.mark.parametrize("then", ["fg", "the caller dies"])
+def test_ctrl_z_stops_the_command_with_the_caller(home: Path, project: Path, then: str) -> None:
     ferry("jobs", cwd=project)
     launcher = started(home)
     # a process group of its own whose parent is in another group of the session, as a
     # shell's job is: a group without one (orphaned) is never stopped by SIGTSTP
     cli = following(project, process_group=0)
-    command = wait_for(lambda: launcher.children(), 30, "the command's process")[0]
+    command = command_of(launcher)
     cli.send_signal(signal.SIGTSTP)
     wait_for(lambda: command.status() == psutil.STATUS_STOPPED, 10, "the command to stop")
     wait_for(lambda: psutil.Process(cli.pid).status() == psutil.STATUS_STOPPED, 10, "ferry")
-    cli.send_signal(signal.SIGCONT)  # what the shell's fg sends
-    wait_for(lambda: command.status() != psutil.STATUS_STOPPED, 10, "the command to go on")
+    if then == "fg":
+        cli.send_signal(signal.SIGCONT)  # what the shell's fg sends
+        wait_for(lambda: command.status() != psutil.STATUS_STOPPED, 10, "the command to go on")
+        cli.send_signal(signal.SIGINT)
+        cli.communicate(timeout=30)
+        assert cli.returncode == 130
+    else:
+        cli.kill()
+        cli.wait()
+        psutil.wait_procs([command], timeout=30)
+        assert not command.is_running()  # it took the hangup, though stopped
+        wait_for(lambda: not launcher.children(), 10, "the launcher to reap it")
+
+
+def test_a_command_of_lower_priority_is_never_run_at_the_launchers(
+    home: Path, project: Path
+) -> None:
+    """A fork cannot take on every difference (a higher priority, other groups, higher
+    hard limits): a command that differs runs in a launcher of its own kind."""
+    ferry("jobs", cwd=project)
+    launcher = started(home)
+    show = "import os; print(os.getpriority(os.PRIO_PROCESS, 0))"
+    niced = ["nice", "-n", "7", FERRY, "run", "--", "python", "-c", show]
+    first = subprocess.run(niced, cwd=project, capture_output=True, text=True, timeout=60)
+    assert first.returncode == 0 and first.stdout == "7\n", first.stderr
+    assert not launcher.children()
+    wait_for(lambda: len(launchers(home)) == 2, 30, "a launcher for niced commands")
+    again = subprocess.run(niced, cwd=project, capture_output=True, text=True, timeout=60)
+    assert again.stdout == "7\n"
+    plain = ferry("run", "--", "python", "-c", show, cwd=project)
+    assert plain.stdout == "0\n"
+
+
+def test_a_caller_that_ignores_hangups_keeps_its_command(home: Path, project: Path) -> None:
+    ferry("jobs", cwd=project)
+    launcher = started(home)
+    gate = project / "go"
+    script = f"import os, time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.05)\n"
+    cli = subprocess.Popen(
+        ["nohup", FERRY, "run", "--", "python", "-c", script],
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    command = command_of(launcher)
+    wait_for(lambda: ferry_json("jobs") and ferry_json("jobs")[0]["status"] == "RUNNING")
+    cli.send_signal(signal.SIGHUP)  # ignored by the caller (nohup): so by its command
+    time.sleep(0.5)
+    assert command.is_running() and cli.poll() is None
+    gate.write_text("")
+    _out, err = cli.communicate(timeout=60)
+    assert cli.returncode == 0, err
+
+
+def test_a_launcher_taken_away_answers_its_running_commands_first(
+    home: Path, project: Path
+) -> None:
+    ferry("jobs", cwd=project)
+    launcher = started(home)
+    gate = project / "go"
+    script = f"import os, time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.05)\n"
+    cli = subprocess.Popen(
+        [FERRY, "run", "--", "python", "-c", f"{script}raise SystemExit(5)"],
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    command_of(launcher)
+    for socket_file in (home / "run").glob("*.sock"):
+        socket_file.unlink()  # as a launcher that replaced it, or FERRY_HOME removed
+    time.sleep(3)  # it notices within 2 s, and takes no more commands
+    assert launcher.is_running()
+    gate.write_text("")
+    cli.communicate(timeout=60)
+    assert cli.returncode == 5  # still answered, with the command's own exit code
+    psutil.wait_procs([launcher], timeout=30)
+    assert not launcher.is_running()
+
+
+def test_a_socket_in_a_folder_others_can_write_is_never_used(home: Path, project: Path) -> None:
+    ferry("jobs", cwd=project)
+    launcher = started(home)
+    (home / "run").chmod(0o777)  # another user could have put a socket there
+    assert ferry("run", "--", "true", cwd=project).returncode == 0
+    # run on its own (the fork that took the connection got nothing, and ended), then it
+    # started a launcher of its own, in the folder made private again
+    assert (home / "run").stat().st_mode & 0o777 == 0o700
+    psutil.wait_procs([launcher], timeout=30)  # (replaced)
+    assert not launcher.is_running()
+    assert len(launchers(home)) == 1
+
+
+def test_turning_it_off_ends_the_running_launcher(home: Path, project: Path) -> None:
+    ferry("jobs", cwd=project)
+    launcher = started(home)
+    assert ferry("config", "set", "launcher.idle", "0").returncode == 0
+    psutil.wait_procs([launcher], timeout=30)
+    assert not launcher.is_running()
+    ferry("jobs", cwd=project)
+    time.sleep(1)
+    assert launchers(home) == []
+
+
+def test_a_relative_ferry_home(home: Path, project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FERRY_HOME", os.path.relpath(home, project))
+    ferry("jobs", cwd=project)
+    launcher = started(home)
+    cli = following(project)
+    command_of(launcher)
     cli.send_signal(signal.SIGINT)
     cli.communicate(timeout=30)
-    assert cli.returncode == 130
