@@ -223,13 +223,19 @@ def test_an_unused_tree_is_pruned_and_a_used_one_kept(src: Path, tmp_path: Path)
     assert not any((store / "objects").rglob("*/*"))
 
 
-def test_a_tree_written_through_a_job_is_never_shared_again(src: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("write", ["train.py", "pkg/__pycache__/model.pyc", "out.txt"])
+def test_a_tree_written_through_a_job_is_never_shared_again(
+    src: Path, tmp_path: Path, write: str
+) -> None:
     store = tmp_path / "store"
     snapshot_code(src, tmp_path / "a" / "code", 10**9, store=store)
-    (tmp_path / "a" / "code" / "train.py").write_text("print('changed')\n")  # into the tree
+    written = tmp_path / "a" / "code" / write  # into the tree, through a job's link
+    written.parent.mkdir(exist_ok=True)
+    written.write_text("changed\n")
     fresh = tmp_path / "b" / "code"
     snapshot_code(src, fresh, 10**9, store=store)
     assert not fresh.is_symlink()  # a copy of its own
+    assert copied(fresh) == {"train.py", "pkg/model.py", "data.txt"}
     assert (fresh / "train.py").read_text() == "print('v1')\n"
 
 
