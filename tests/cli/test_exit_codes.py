@@ -32,7 +32,7 @@ def test_a_job_ended_by_sigterm_is_143_sigterm_everywhere(home: Path, project: P
     assert attempt["reason"].startswith("exit code 143 (SIGTERM)")
     assert any("exit code 143 (SIGTERM)" in e["message"] for e in detail["events"])
     text = run_ferry("status", job_id).stdout
-    assert "FAILED  exit code 143 (SIGTERM)" in text and "-15" not in text
+    assert "FAILED  exit code 143 (SIGTERM)" in text and "code -15" not in text
     assert "143 SIGTERM" in text  # the attempts table
     assert "exit code 143 (SIGTERM)" in run_ferry("jobs", env={"COLUMNS": "200"}).stdout
     assert run_ferry("wait", job_id).returncode == 143

@@ -159,6 +159,7 @@ def test_a_killed_supervisor_is_resumed(home: Path, project: Path) -> None:
     assert supervisor
     os.kill(supervisor, signal.SIGKILL)
     wait_for(lambda: not pid_alive(supervisor), what="the supervisor to die")
+    stored = max(steps_of(job_id))  # what reached the store before it died
     import subprocess
 
     from tests.conftest import FERRY
@@ -179,7 +180,10 @@ def test_a_killed_supervisor_is_resumed(home: Path, project: Path) -> None:
     # orphaned script may have saved more after its supervisor died (its reports no longer
     # reached the store), until the resume stopped it
     assert start % 5 == 0 and 10 <= start < 50, start
-    assert set(steps_of(job_id)) == set(range(50))
+    # every step is there but those reported after the supervisor's last read and before
+    # the checkpoint the resume started from (they died with the supervisor that held them)
+    missing = set(range(50)) - set(steps_of(job_id))
+    assert all(stored < step < start for step in missing), (missing, stored, start)
 
 
 def test_exit_codes_retried_without_counting_and_preemptions_run_out(
