@@ -311,16 +311,14 @@ class CodeStore:
                             os.unlink(entry.path)
                     continue
                 try:  # the companion's link count: its own name, plus one per job
-                    users = os.lstat(entry.path + ".link").st_nlink - 1
-                    changed = os.lstat(entry.path + ".link").st_ctime
+                    companion = os.lstat(entry.path + ".link")
+                    users, changed = companion.st_nlink - 1, companion.st_ctime
                 except FileNotFoundError:  # a crash between the tree and its companion
                     users, changed = 0, os.lstat(entry.path).st_ctime
                 if users or now - changed < after:
                     continue
-                doomed = os.path.join(self._tmp, f"old-{os.getpid()}-{os.urandom(6).hex()}")
-                try:
-                    os.rename(entry.path, doomed)
-                except FileNotFoundError:  # pruned by another process meanwhile
+                doomed = self._set_aside(entry.path)
+                if doomed is None:  # pruned by another process meanwhile
                     continue
                 with contextlib.suppress(FileNotFoundError):
                     if os.lstat(entry.path + ".link").st_nlink > 1:  # a job took it meanwhile
@@ -345,14 +343,23 @@ class CodeStore:
                             with contextlib.suppress(FileNotFoundError):
                                 os.unlink(folder.path)
                             continue
-                        doomed = os.path.join(self._tmp, f"old-{os.urandom(6).hex()}")
-                        with contextlib.suppress(FileNotFoundError):  # taken meanwhile
-                            os.rename(folder.path, doomed)
+                        doomed = self._set_aside(folder.path)
+                        if doomed is not None:  # (else taken meanwhile)
                             shutil.rmtree(doomed, ignore_errors=True)
                             removed += 1
                 with contextlib.suppress(OSError):  # (not empty: kept)
                     os.rmdir(tree.path)
         return removed
+
+    def _set_aside(self, path: str) -> str | None:
+        """Move ``path`` out of use (into ``tmp/``, in one rename) before removing it;
+        where it went, or None when it was gone already."""
+        doomed = os.path.join(self._tmp, f"old-{os.getpid()}-{os.urandom(6).hex()}")
+        try:
+            os.rename(path, doomed)
+        except FileNotFoundError:
+            return None
+        return doomed
 
 
 def remembered(snapshot: str | os.PathLike[str], name: str, find: Callable[[], bool]) -> bool:
