@@ -24,6 +24,7 @@ is :mod:`ferry.launcher.server`.
 
 from __future__ import annotations
 
+import contextlib
 import marshal
 import os
 import socket
@@ -65,12 +66,10 @@ def socket_path() -> str | None:
     # than the launcher's, hard limits above the launcher's
     ident += [repr((os.getuid(), os.geteuid(), os.getgid(), os.getegid(), os.getgroups()))]
     ident += [repr((os.getpriority(os.PRIO_PROCESS, 0), _hard_limits()))]
-    try:
+    with contextlib.suppress(OSError):  # (not Linux, or no /proc: one per installation)
         with open("/proc/self/cgroup") as file:
             ident.append(file.read())
         ident += [os.readlink(f"/proc/self/ns/{kind}") for kind in _NAMESPACES]
-    except OSError:  # not Linux, or no /proc: one launcher per installation, then
-        pass
     code = zlib.crc32("\0".join(ident).encode(errors="surrogateescape"))
     path = os.path.join(home, FOLDER, f"launcher-{code:08x}.sock")
     return path if len(os.fsencode(path)) < 100 else None
@@ -250,10 +249,8 @@ class _Signals:
         if self._pid is None:
             self._held.append(signum)
             return
-        try:
+        with contextlib.suppress(OSError):  # (ended meanwhile)
             os.kill(self._pid, signum)
-        except OSError:  # ended meanwhile
-            pass
 
     def _suspend(self, signum: int, frame: object) -> None:
         signal = self._signal
@@ -302,7 +299,7 @@ def start(idle_s: float) -> None:
     try:
         # -P and cwd /: nothing in the caller's folder shadows a module of the launcher's
         home = os.path.dirname(folder)  # (absolute: the launcher runs from /)
-        subprocess.Popen(
+        subprocess.Popen(  # (a launcher that cannot start: the next command runs alone too)
             [sys.executable, "-P", "-m", "ferry.launcher", "--idle", str(idle_s)],
             cwd="/",
             env={**os.environ, "FERRY_HOME": home},
@@ -313,7 +310,7 @@ def start(idle_s: float) -> None:
             start_new_session=True,
         )
     except OSError:
-        pass
+        return
     finally:
         os.close(log)
 

@@ -4,6 +4,7 @@ limits, runs the command and reports its exit code (see :mod:`ferry.launcher`)."
 
 from __future__ import annotations
 
+import contextlib
 import marshal
 import os
 import socket
@@ -92,11 +93,9 @@ def serve(idle_s: float) -> int:
                     break
     finally:
         server.close()
-        try:
+        with contextlib.suppress(OSError):  # (gone, or another launcher's now)
             if os.stat(path).st_ino == mine:
                 os.unlink(path)
-        except OSError:
-            pass
     while server.busy():  # the commands running still have their callers to answer
         server.poll(1.0)
         server.reap()
@@ -215,10 +214,8 @@ class _Server:
             for fd, (conn, owner) in list(self.running.items()):
                 if owner == pid:
                     code = os.waitstatus_to_exitcode(status)
-                    try:
+                    with contextlib.suppress(OSError):  # (the caller went away too)
                         conn.sendall(f"ended {128 - code if code < 0 else code}\n".encode())
-                    except OSError:
-                        pass
                     self._poll.unregister(fd)
                     del self.running[fd]
                     conn.close()
@@ -240,19 +237,15 @@ def _command(conn: socket.socket, inherited: list[socket.socket]) -> None:
         import traceback
 
         traceback.print_exc()
-    try:
+    with contextlib.suppress(OSError, ValueError):  # (a closed pipe, a closed stream)
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
-    except (OSError, ValueError):
-        pass
     import signal
 
     # the caller hangs up once it has the code: that must not cut the exit handlers short
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
-    try:
+    with contextlib.suppress(OSError):  # (the caller went away)
         conn.sendall(f"exit {code}\n".encode())
-    except OSError:
-        pass
     _at_exit()
     os._exit(code)
 
@@ -298,20 +291,15 @@ def _become_caller(conn: socket.socket) -> list[str]:
     os.environ.clear()
     os.environ.update(request["env"])
     os.umask(request["umask"])
+    # (what cannot be taken on is part of the launcher's identity: see socket_path)
     for name, limit in request["limits"].items():
-        try:
+        with contextlib.suppress(ValueError, OSError, AttributeError):
             resource.setrlimit(getattr(resource, name), limit)
-        except (ValueError, OSError, AttributeError):
-            pass
-    try:  # (a lower priority than the launcher's can always be taken; a higher one not)
+    with contextlib.suppress(OSError):
         os.setpriority(os.PRIO_PROCESS, 0, request["nice"])
-    except OSError:
-        pass
     if request["cpus"] and hasattr(os, "sched_setaffinity"):
-        try:
+        with contextlib.suppress(OSError):  # (a CPU this machine no longer has)
             os.sched_setaffinity(0, request["cpus"])
-        except OSError:
-            pass
     time.tzset()  # (TZ may differ from the launcher's)
     for name in request["ignored"]:  # as the caller (nohup, a background job)
         signal.signal(getattr(signal, name), signal.SIG_IGN)
@@ -367,13 +355,11 @@ def _at_exit() -> None:
     import atexit
     import threading
 
-    try:
+    with contextlib.suppress(BaseException):  # (the exit code is sent: nothing to report to)
         shutdown = getattr(threading, "_shutdown", None)
         if shutdown is not None:
             shutdown()
         atexit._run_exitfuncs()
-    except BaseException:
-        pass
 
 
 def main(argv: list[str] | None = None) -> int:

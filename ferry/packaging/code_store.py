@@ -367,11 +367,8 @@ def remembered(snapshot: str | os.PathLike[str], name: str, find: Callable[[], b
     and kept beside it as ``<tree>.<name>``."""
     tree = os.path.realpath(snapshot)
     note = f"{tree}.{name}"
-    try:
-        with open(note) as file:
-            return file.read() == "1"
-    except FileNotFoundError:
-        pass
+    with contextlib.suppress(FileNotFoundError), open(note) as file:  # (not worked out yet)
+        return file.read() == "1"
     found = find()
     tmp = f"{note}.{os.getpid()}-{os.urandom(4).hex()}"
     try:

@@ -81,15 +81,13 @@ def _listed(root: str, skip: set[str], listings: Path) -> list[tuple[str, os.sta
 
     key = hashlib.sha256("\0".join([root, *sorted(skip)]).encode(errors="surrogateescape"))
     path = listings / key.hexdigest()[:40]
-    try:
+    with contextlib.suppress(OSError, ValueError, EOFError, TypeError):  # (none, or changed)
         version, folders, names = marshal.loads(path.read_bytes())
         if version == _LISTING_VERSION and all(
             _folder_state(folder, ignores) == state for folder, ignores, state in folders
         ):
             prefix = _inside(root)
             return [(name, os.lstat(prefix + name)) for name in names]
-    except (OSError, ValueError, EOFError, TypeError):  # none yet, or changed since
-        pass
     files, states = _collect(root, skip, looked=[])
     racy = time.time_ns() - 1_000_000_000
     if states is not None and all(state[2] < racy for _, _, state in states):

@@ -155,13 +155,11 @@ class Pool:
             except FileNotFoundError:  # taken by another job meanwhile
                 continue
             listing = self.folder / (name + _LIST)
-            try:
+            with contextlib.suppress(OSError, ValueError, EOFError, TypeError):  # (cut short)
                 files = marshal.loads(listing.read_bytes())
                 listing.unlink()
                 if isinstance(files, dict):
                     return files
-            except (OSError, ValueError, EOFError, TypeError):  # (a crash cut it short)
-                pass
             return _files(target)[0]
         return None
 
