@@ -15,7 +15,11 @@ pytestmark = pytest.mark.slow
 
 def preempted_once(project: Path, script: str, after_steps: int) -> tuple[str, dict[str, Any]]:
     """Run ``script``, preempt it once it has reported ``after_steps`` steps, wait for the
-    end; the first attempt must have saved on the notice (exit 143), the second succeeded."""
+    end; the first attempt must have saved on the notice (exit 143), the second succeeded.
+
+    The scripts' first attempt slows down (``slow()``) once past ``after_steps``, so the
+    notice lands mid-training however late a loaded machine lets this test see the step: a
+    first attempt that finished before the notice would end 0, not 143."""
     from ferry.store import open_store
 
     (project / "train.py").write_text(script)
@@ -38,6 +42,9 @@ LIGHTNING = textwrap.dedent("""
     import os, time
     import torch
     import lightning as L
+
+    def slow(step):  # the first attempt waits for its notice (see preempted_once)
+        return 0.5 if os.environ["FERRY_ATTEMPT"] == "1" and step > 25 else 0.05
     from ferry import runtime
     from ferry.runtime.lightning import FerryCheckpoint
 
@@ -47,7 +54,7 @@ LIGHTNING = textwrap.dedent("""
             self.layer = torch.nn.Linear(8, 1)
         def training_step(self, batch, batch_idx):
             x, y = batch
-            time.sleep(0.05)
+            time.sleep(slow(self.global_step))
             loss = torch.nn.functional.mse_loss(self.layer(x), y)
             runtime.report(step=self.global_step, loss=loss.item())
             return loss
@@ -89,6 +96,9 @@ HF = textwrap.dedent("""
     import os, time
     import torch
     from transformers import Trainer, TrainingArguments
+
+    def slow(step):  # the first attempt waits for its notice (see preempted_once)
+        return 0.5 if os.environ["FERRY_ATTEMPT"] == "1" and step > 20 else 0.05
     from ferry import runtime
     from ferry.runtime.hf import FerryCallback, last_checkpoint, output_dir
 
@@ -97,7 +107,7 @@ HF = textwrap.dedent("""
             super().__init__()
             self.layer = torch.nn.Linear(8, 1)
         def forward(self, x, labels=None):
-            time.sleep(0.05)
+            time.sleep(slow(STEP[0]))
             out = self.layer(x)
             return {"loss": torch.nn.functional.mse_loss(out, labels), "logits": out}
 
@@ -107,8 +117,11 @@ HF = textwrap.dedent("""
             g = torch.Generator().manual_seed(i)
             return {"x": torch.randn(8, generator=g), "labels": torch.randn(1, generator=g)}
 
+    STEP = [0]
+
     class Report(FerryCallback):
         def on_step_end(self, args, state, control, **kw):
+            STEP[0] = state.global_step
             runtime.report(step=state.global_step, loss=1.0)
             return super().on_step_end(args, state, control, **kw)
 
