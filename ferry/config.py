@@ -242,12 +242,17 @@ _cache: tuple[tuple[str, int, int], dict[str, str]] | None = None
 
 def config_version() -> tuple[str, int, int]:
     """Changes whenever the config file does (for caches derived from settings)."""
-    path = config_path()
+    path = _config_paths.get(os.environ.get("FERRY_HOME", ""))  # (asked for at every get)
+    if path is None:
+        path = _config_paths[os.environ.get("FERRY_HOME", "")] = str(config_path())
     try:
-        stat = path.stat()
+        stat = os.stat(path)
     except FileNotFoundError:
-        return (str(path), 0, -1)
-    return (str(path), stat.st_mtime_ns, stat.st_size)
+        return (path, 0, -1)
+    return (path, stat.st_mtime_ns, stat.st_size)
+
+
+_config_paths: dict[str, str] = {}  # FERRY_HOME -> its config file
 
 
 def load_raw() -> dict[str, str]:

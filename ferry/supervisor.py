@@ -3,7 +3,8 @@
 It runs in its own session (closing the terminal does not touch it), writes its own errors
 to ``<job dir>/supervisor.log``, and runs :func:`ferry.controller.supervise`. When its job
 ends it admits queued jobs into the room it held and goes on to supervise the first of them
-itself (starting a process per job would cost more than a tiny job). It is started by
+itself (starting a process per job would cost more than a tiny job); with none queued, it
+waits a moment for a job handed over by the next submission (:mod:`ferry.handoff`). It is started by
 forking the submitting process when that is safe (single-threaded: the CLI, scripts), which
 costs a millisecond, and otherwise by executing ``python -m ferry.supervisor JOB`` (Jupyter
 kernels and other threaded hosts, where forking is unsafe). ``ferry run`` forks one before
@@ -41,6 +42,8 @@ _PRELOAD = (
     "ferry.backends.local",
     "ferry.contract.env",
     "ferry.contract.sagemaker",
+    "ferry.logs",
+    "ferry.storage.occupancy",
     "ferry.storage.outputs",
     "ferry.storage.workdir",
     "ferry.telemetry.sampler",
@@ -56,6 +59,10 @@ def start_standby() -> None:
     It ends by itself when this process hands it nothing (an invalid spec, a queued job)."""
     global _standby
     if _standby is not None or threading.active_count() != 1 or not hasattr(os, "fork"):
+        return
+    from ferry.handoff import waiting
+
+    if waiting():  # a supervisor whose job just ended will take the job
         return
     wait_read, wait_write = os.pipe()
     if _detach():
@@ -87,6 +94,11 @@ def release_standby() -> None:
 def spawn_supervisor(job: Job) -> None:
     """Start a detached supervisor for an admitted job (the standby one, if waiting)."""
     global _standby
+    from ferry.handoff import hand
+
+    if hand(job.id):  # a supervisor whose job just ended takes it
+        release_standby()
+        return
     log_path = Path(job.job_dir) / SUPERVISOR_LOG
     if _standby is not None:
         wait_write, _standby = _standby, None
@@ -230,7 +242,14 @@ def run(job_id: str) -> int:
         if not supervise(current, control, store, on_crash=_record_crash):
             code = 1
         # a supervisor that failed or was told to stop hands queued jobs to fresh ones
-        current = _next_job(store, current, adopt=code == 0 and not control.terminated)
+        adopt = code == 0 and not control.terminated
+        current = _next_job(store, current, adopt=adopt)
+        if current is None and adopt:  # none queued: wait a moment for one handed over
+            from ferry.handoff import wait_for_job
+
+            current = wait_for_job(control.wake_read, lambda: bool(control.terminated))
+            if current is not None:
+                _log_to(current, store)
     from ferry.telemetry.notify import finish_all
 
     for done_job, outcome in finish_all(timeout=60.0):  # alerts still on their way
@@ -307,12 +326,17 @@ def _next_job(store: Store, job_id: str, adopt: bool) -> str | None:
         return None
     if not adopt or not admitted:
         return None
-    job = admitted[0]
+    _log_to(admitted[0].id, store, admitted[0])
+    return admitted[0].id
+
+
+def _log_to(job_id: str, store: Store, job: Job | None = None) -> None:
+    """Write this supervisor's output to the supervisor log of the job it goes on with."""
+    job = job or store.get_job(job_id)
     log = os.open(Path(job.job_dir) / SUPERVISOR_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.close(log)
-    return job.id
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ the variables they expect, pointing at real local folders.
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,8 +32,14 @@ class JobDirs:
         return cls(root / "model", root / "checkpoints", root / "tensorboard", root / "output")
 
     def create(self) -> None:
+        """Make the folders (and the one holding them) where missing."""
+        self.model.parent.mkdir(parents=True, exist_ok=True)
         for path in (self.model, self.checkpoints, self.tensorboard, self.output):
-            path.mkdir(parents=True, exist_ok=True)
+            try:
+                os.mkdir(path)
+            except FileExistsError:
+                if not path.is_dir():
+                    raise
 
 
 def env_key(name: str) -> str:

@@ -115,10 +115,11 @@ def _link(link: Path, target: Path) -> None:
     os.symlink(target, link)
 
 
-def failure_text(root: Path) -> str | None:
-    """What the script wrote to ``/opt/ml/output/failure``, if anything."""
+def failure_text(path: Path) -> str | None:
+    """What the script wrote to its failure file (``FERRY_FAILURE_FILE``,
+    ``/opt/ml/output/failure``), if anything."""
     try:
-        text = (root / "output" / "failure").read_text(errors="replace").strip()
+        text = path.read_text(errors="replace").strip()
     except OSError:
         return None
     return text[:1000] or None

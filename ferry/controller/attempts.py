@@ -96,15 +96,16 @@ def supervise(
     store = store or open_store()
     job = store.get_job(job_id)
     alerts = job.spec.get("alerts") or {}
+    env = _launch_env(job)
     try:
-        notifier = Notifier(targets_for(alerts), JobInfo(job_id, job.name), _launch_env(job))
+        notifier = Notifier(targets_for(alerts), JobInfo(job_id, job.name), env)
     except FerryError as exc:  # a config file edited by hand into nonsense
         store.add_event(job_id, f"alerts are off: {exc}")
         notifier = Notifier([], JobInfo(job_id, job.name), {})
     ok = True
     try:
-        _start_tracker(store, job)
-        finished_here = _run_attempts(job_id, control, store, notifier)
+        _start_tracker(store, job, env)
+        finished_here = _run_attempts(job, control, store, notifier, env)
     except Exception as exc:
         if on_crash is None:
             raise
@@ -151,19 +152,21 @@ def _collect_trackers() -> None:
             _trackers.remove(proc)
 
 
-def _start_tracker(store: Store, job: Job) -> None:
+def _start_tracker(store: Store, job: Job, launch_env: dict[str, str]) -> None:
     """Start the process that sends the job's metrics to MLflow, when the job asks for it."""
+    uri = (job.spec.get("tracking") or {}).get("mlflow")  # config's default was put there
+    if not uri:
+        return
     import subprocess
 
     from ferry import procs
     from ferry.telemetry.mlflow_sink import shown_uri
 
-    uri = (job.spec.get("tracking") or {}).get("mlflow")  # config's default was put there
     pid_file = Path(job.job_dir) / "mlflow.pid"
-    if not uri or _tracker_alive(pid_file):  # a resumed job's may still be running
+    if _tracker_alive(pid_file):  # a resumed job's may still be running
         return
     # the submitter's environment (MLFLOW_TRACKING_* credentials), not this supervisor's
-    env = {k: v for k, v in _launch_env(job).items() if not k.startswith("FERRY_JOB")}
+    env = {k: v for k, v in launch_env.items() if not k.startswith("FERRY_JOB")}
     env["FERRY_HOME"] = str(config.ferry_home())
     env["MLFLOW_TRACKING_URI"] = uri  # not on the command line, which every user can read
     # fail within a minute when the server is away (MLflow's own default retries for minutes)
@@ -184,9 +187,12 @@ def _start_tracker(store: Store, job: Job) -> None:
     store.add_event(job.id, f"sending metrics to MLflow at {shown_uri(uri)}")
 
 
-def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifier) -> bool:
-    """The attempts of the job, until it ends. Returns whether this supervisor finished
-    the job (rather than a command that declared it lost meanwhile)."""
+def _run_attempts(
+    job: Job, control: Control, store: Store, notifier: Notifier, base_env: dict[str, str]
+) -> bool:
+    """The attempts of the job (as just read from the store; ``base_env``: the environment
+    it was submitted with), until it ends. Returns whether this supervisor finished the job
+    (rather than a command that declared it lost meanwhile)."""
     from ferry.backends.base import LaunchRequest
     from ferry.backends.local import LocalBackend, become_subreaper
     from ferry.contract import sagemaker
@@ -194,7 +200,7 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
     from ferry.storage.outputs import OutputSync
     from ferry.storage.workdir import WORKDIR, WorkdirState
 
-    job = store.get_job(job_id)
+    job_id = job.id
     # Recorded with each attempt; before the first, START_TIMEOUT covers a vanished supervisor.
     me: dict[str, Any] = {
         "supervisor_pid": os.getpid(),
@@ -204,7 +210,6 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
     become_subreaper()
     backend = LocalBackend()
     spec = job.spec
-    base_env = _launch_env(job)
     sync = OutputSync.for_outputs(job.outputs, Path(job.job_dir))
     dirs = JobDirs.under(str(sync.local))
     limits, retries = spec.get("limits") or {}, spec.get("retries") or {}
@@ -236,8 +241,11 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
         _finish_job(store, job_id, _S.FAILED, f"cannot create outputs in {sync.local}: {exc}")
         return True
     errors = retried = 0
+    first = True
     while True:
-        job = store.get_job(job_id)
+        if not first:  # (the first attempt starts from the job as it was just read)
+            job = store.get_job(job_id)
+        first = False
         if job.status is _S.CANCELLING:
             when = "between attempts" if store.attempts(job_id) else "before it started"
             _finish_job(store, job_id, _S.CANCELLED, f"cancelled {when}")
@@ -307,9 +315,14 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
         take_preempt_request(job)  # one left from the last attempt is not for this one
         env["FERRY_METRICS_FILE"] = str(metrics_file)
         env["FERRY_CHECKPOINT_KEEP"] = str((spec.get("checkpoint") or {}).get("keep", 3))
-        # a script may say why it failed, as on SageMaker; even when it exits 0
-        failure_file = opt_ml / "output" / "failure"
-        failure_file.parent.mkdir(parents=True, exist_ok=True)
+        # a script may say why it failed, as on SageMaker; even when it exits 0. (It is
+        # /opt/ml/output/failure too where a script can see the SageMaker tree.)
+        container = spec.get("paths") == "container"
+        if contract == "sagemaker" or container:
+            failure_file = opt_ml / "output" / "failure"
+            failure_file.parent.mkdir(parents=True, exist_ok=True)
+        else:
+            failure_file = Path(job.job_dir) / "failure"
         failure_file.unlink(missing_ok=True)
         env["FERRY_FAILURE_FILE"] = str(failure_file)
         observer = Observer(
@@ -323,7 +336,6 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
             Path(env["CLOUD_ML_HP_METRIC_FILE"]),
         )
         argv = _command_argv(spec)
-        container = spec.get("paths") == "container"
         if contract == "sagemaker" or container:
             sm_env = sagemaker.prepare(opt_ml, dirs, spec.get("hyperparameters") or {}, inputs)
             if contract == "sagemaker":
@@ -395,7 +407,7 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
         if outcome == "abandoned":
             _abandon(store, job_id, attempt.number, running)
             return False
-        marker = sagemaker.failure_text(opt_ml)
+        marker = sagemaker.failure_text(failure_file)
         resume = False  # a preempted attempt within retries.on_preemption
         if outcome == "exited" and marker:  # the script said why it failed, as on SageMaker
             where = "/opt/ml/output/failure" if contract == "sagemaker" else "FERRY_FAILURE_FILE"
@@ -466,9 +478,8 @@ def _run_attempts(job_id: str, control: Control, store: Store, notifier: Notifie
             errors += 1
             why = f"retry {errors} of {retries_left} after {reason}"
         else:
-            _end(store, job_id, attempt.number, *ending, code, sync)
-            with contextlib.suppress(OSError):  # (only a saving for the next job)
-                state.recycle()
+            # the working folder is kept for the next job before the room is given back
+            _end(store, job_id, attempt.number, *ending, code, sync, recycle=state.recycle)
             return True
         ended = {"status": ending[0], "ended_at": time.time(), "exit_code": code, "reason": reason}
         try:
@@ -623,9 +634,12 @@ def _end(
     reason: str,
     code: int | None,
     sync: OutputSync,
+    recycle: Callable[[], object] | None = None,
 ) -> None:
     """Send the outputs (manifest last), then record how the attempt ended and finish the
-    job in one transaction: a finished job's outputs are complete."""
+    job in one transaction: a finished job's outputs are complete. ``recycle`` keeps the
+    working folder for another job (once what is collected from it has been), before the
+    job's room is given back: the next job, admitted then, can take it."""
     ended: dict[str, Any] = {"status": attempt_status, "ended_at": time.time(), "exit_code": code}
     try:
         job = store.get_job(job_id)
@@ -642,6 +656,9 @@ def _end(
     except Exception as exc:  # a bucket that refused, a full disk: the job did not deliver
         status = _S.FAILED if status is _S.SUCCEEDED else status
         reason = f"{reason}; outputs could not be written to {sync.target.uri}: {exc}"
+    if recycle is not None:
+        with contextlib.suppress(OSError):  # (only a saving for the next job)
+            recycle()
     if attempt_status is not AttemptStatus.SUCCEEDED:
         ended["reason"] = reason
     _finish_job(store, job_id, status, reason, attempt=(number, ended), exit_code=code)

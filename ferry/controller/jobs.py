@@ -155,7 +155,7 @@ def submit(
         launch_path = staging / LAUNCH_FILE
         fd = os.open(launch_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as file:
-            json.dump(launch, file)
+            file.write(json.dumps(launch))  # (dumps: the C encoder; dump streams in Python)
         if spec.paths == "auto":  # decided once, on the code as submitted
             from ferry.contract.container_paths import mentions_container_paths
 

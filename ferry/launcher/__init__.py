@@ -57,22 +57,52 @@ def socket_path() -> str | None:
     group and namespaces a command runs in, which a fork keeps from the launcher: a
     command started under ``systemd-run`` or in another container gets a launcher of its
     own). None where the path is too long for a Unix socket."""
-    home = os.environ.get("FERRY_HOME") or os.path.join(os.path.expanduser("~"), ".ferry")
-    home = os.path.abspath(os.path.expanduser(home))
+    path = os.path.join(home(), FOLDER, f"launcher-{identity()}.sock")
+    return path if len(os.fsencode(path)) < 100 else None
+
+
+def home() -> str:
+    """FERRY_HOME, absolute (as ``ferry.config.ferry_home`` has it, without importing it)."""
+    found = os.environ.get("FERRY_HOME") or os.path.join(os.path.expanduser("~"), ".ferry")
+    return os.path.abspath(os.path.expanduser(found))
+
+
+def identity(*extra: str) -> str:
+    """What a process forked from this one would share with it, as eight hex digits: this
+    Ferry installation, and what a fork cannot take on from another process (ids, a
+    higher priority, hard limits, control group, namespaces), plus ``extra``."""
     here = os.path.dirname(os.path.abspath(__file__))
     ident = [sys.executable, here, sys.version]
     ident += [os.environ.get(k, "") for k in ("PYTHONPATH", "LANG", "LC_ALL", "LC_CTYPE")]
-    # what a fork cannot take on from the caller: its ids and groups, a priority higher
-    # than the launcher's, hard limits above the launcher's
     ident += [repr((os.getuid(), os.geteuid(), os.getgid(), os.getegid(), os.getgroups()))]
     ident += [repr((os.getpriority(os.PRIO_PROCESS, 0), _hard_limits()))]
     with contextlib.suppress(OSError):  # (not Linux, or no /proc: one per installation)
         with open("/proc/self/cgroup") as file:
             ident.append(file.read())
         ident += [os.readlink(f"/proc/self/ns/{kind}") for kind in _NAMESPACES]
-    code = zlib.crc32("\0".join(ident).encode(errors="surrogateescape"))
-    path = os.path.join(home, FOLDER, f"launcher-{code:08x}.sock")
-    return path if len(os.fsencode(path)) < 100 else None
+    code = zlib.crc32("\0".join([*ident, *extra]).encode(errors="surrogateescape"))
+    return f"{code:08x}"
+
+
+def private_folder(path: str) -> bool:
+    """Whether ``path`` is a folder of this user's that no one else can write to."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return st.st_uid == os.getuid() and not st.st_mode & 0o077
+
+
+def peer_is_me(conn: socket.socket) -> bool:
+    """Whether the process at the other end of the Unix socket ``conn`` runs as this user."""
+    import struct
+
+    try:
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return False
+    uid: int = struct.unpack("3i", creds)[1]
+    return uid == os.getuid()
 
 
 def _hard_limits() -> list[int]:
@@ -127,15 +157,7 @@ def _in_background() -> bool:
 def _ours(conn: socket.socket, folder: str) -> bool:
     """Whether the launcher at the other end runs as this user, from a folder only this
     user can write to: this process's environment and descriptors go to no one else."""
-    import struct
-
-    try:
-        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        st = os.stat(folder)
-    except OSError:
-        return False
-    uid = os.getuid()
-    return struct.unpack("3i", creds)[1] == uid and st.st_uid == uid and not st.st_mode & 0o077
+    return peer_is_me(conn) and private_folder(folder)
 
 
 def _hand_over(conn: socket.socket, argv: list[str], ignored: list[str]) -> int | None:

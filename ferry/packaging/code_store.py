@@ -117,15 +117,10 @@ class CodeStore:
         key = hashlib.sha256(_identity(src, st)).hexdigest()[:40]
         return os.path.join(self._objects, key[:2], key[2:])
 
-    def share(self, root: str, files: list[tuple[str, os.stat_result]], dest: str) -> int | None:
-        """Make ``dest`` (absent; its folder exists) the snapshot of ``files`` (paths
-        relative to ``root``, with their lstat) as a link to the tree they share with every
-        other snapshot of the same files, building the tree if there is none yet. Returns
-        how many files were linked rather than copied; None, with nothing made, when the
-        files cannot share a tree (one was modified within the last second: its times do
-        not tell its content yet) or this file system has no links."""
-        if not self._usable:
-            return None
+    def tree_key(self, root: str, files: list[tuple[str, os.stat_result]]) -> str | None:
+        """The name of the tree ``files`` (paths relative to ``root``, with their lstat)
+        share: a hash of every path and identity. None when they cannot share one (a file
+        modified within the last second: its times do not tell its content yet)."""
         digest = hashlib.sha256()
         for rel, st in sorted(files):
             if stat.S_ISLNK(st.st_mode):
@@ -136,7 +131,27 @@ class CodeStore:
                 return None
             digest.update(rel.encode("utf-8", "surrogateescape") + b"\0")
             digest.update(_identity(os.path.join(root, rel), st) + b"\n")
-        tree = os.path.join(str(self.root), TREES, digest.hexdigest()[:40])
+        return digest.hexdigest()[:40]
+
+    def share(
+        self,
+        root: str,
+        files: list[tuple[str, os.stat_result]],
+        dest: str,
+        key: str | None = None,
+    ) -> int | None:
+        """Make ``dest`` (absent; its folder exists) the snapshot of ``files`` (paths
+        relative to ``root``, with their lstat) as a link to the tree they share with every
+        other snapshot of the same files, building the tree if there is none yet. ``key``
+        is their :meth:`tree_key`, when known. Returns how many files were linked rather
+        than copied; None, with nothing made, when the files cannot share a tree (see
+        :meth:`tree_key`) or this file system has no links."""
+        if not self._usable:
+            return None
+        key = key or self.tree_key(root, files)
+        if key is None:
+            return None
+        tree = os.path.join(str(self.root), TREES, key)
         linked = sum(not stat.S_ISLNK(st.st_mode) for _, st in files)
         for _ in range(3):  # (a prune may take the tree away between our steps)
             try:
@@ -390,23 +405,25 @@ def _identity(src: str, st: os.stat_result) -> bytes:
 
 def _intact(tree: str, files: list[tuple[str, os.stat_result]]) -> bool:
     """Whether each file of the tree still has the size, time and mode it was made with,
-    and no folder of it has had an entry added, removed or renamed."""
+    and no folder of it has had an entry added, removed or renamed. (Run at each snapshot
+    of an unchanged folder: a loop kept tight.)"""
+    prefix = tree + os.sep
+    lstat, is_link, mode_of, dirname = os.lstat, stat.S_ISLNK, stat.S_IMODE, os.path.dirname
+    writable = stat.S_IRUSR | stat.S_IWUSR
     folders = {tree}
-    for rel, st in files:
-        folders.add(os.path.dirname(os.path.join(tree, rel)))
-        if stat.S_ISLNK(st.st_mode):
-            continue
-        try:
-            kept = os.lstat(os.path.join(tree, rel))
-        except OSError:
-            return False
-        if (kept.st_size, kept.st_mtime_ns, stat.S_IMODE(kept.st_mode)) != (
-            st.st_size,
-            st.st_mtime_ns,
-            file_mode(st),
-        ):
-            return False
     try:
+        for rel, st in files:
+            path = prefix + rel
+            folders.add(dirname(path))
+            if is_link(st.st_mode):
+                continue
+            kept = lstat(path)
+            if (
+                kept.st_mtime_ns != st.st_mtime_ns
+                or kept.st_size != st.st_size
+                or mode_of(kept.st_mode) != mode_of(st.st_mode) | writable
+            ):
+                return False
         return all(os.stat(folder).st_mtime_ns == TREE_FOLDER_NS for folder in folders)
     except OSError:
         return False

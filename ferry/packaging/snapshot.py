@@ -68,10 +68,59 @@ def _inside(folder: str) -> str:
 
 
 _LISTINGS = "listings"  # in the code store: what each code folder held at its last snapshot
-_LISTING_VERSION = 2
+_LISTING_VERSION = 3
+
+Ident = tuple[int, int, int, int, int, int]  # a file's inode, device, size, times and mode
 
 
-def _listed(root: str, skip: set[str], listings: Path) -> list[tuple[str, os.stat_result]]:
+def _idents(files: list[tuple[str, os.stat_result]]) -> list[Ident]:
+    return [
+        (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
+        for _, st in files
+    ]
+
+
+@dataclass
+class _Listing:
+    """What a code folder held at its last snapshot (``code-store/listings/<key>``): its
+    folders' states, the paths of its files, and, once a snapshot shared a tree, the
+    files' identities and that tree's key (the files still have those identities: the
+    same tree, without hashing them again)."""
+
+    path: Path
+    states: Looked | None  # None: not to be kept (a folder unreadable, or changed just now)
+    names: list[str]
+    idents: list[Ident] | None = None
+    key: str | None = None
+
+    def tree_key(self, files: list[tuple[str, os.stat_result]]) -> str | None:
+        """The tree key remembered for ``files``, if they are the files it was worked
+        out for, unchanged."""
+        if self.key is None or self.idents is None or len(self.idents) != len(files):
+            return None
+        return self.key if _idents(files) == self.idents else None
+
+    def save(
+        self, files: list[tuple[str, os.stat_result]] | None = None, key: str | None = None
+    ) -> None:
+        """Keep this listing (with ``files``' identities and their tree ``key``, if given)."""
+        if self.states is None:
+            return
+        if key is not None and files is not None:
+            self.idents, self.key = _idents(files), key
+        import marshal
+
+        with contextlib.suppress(OSError):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}-{os.urandom(4).hex()}")
+            data = (_LISTING_VERSION, self.states, self.names, self.idents, self.key)
+            tmp.write_bytes(marshal.dumps(data))
+            os.replace(tmp, self.path)
+
+
+def _listed(
+    root: str, skip: set[str], listings: Path
+) -> tuple[list[tuple[str, os.stat_result]], _Listing]:
     """:func:`_collect`, with what it found kept per folder: while no folder of the code
     changed (the times of a folder change when an entry is added, removed or renamed in
     it) and no ignore file did, the same paths are taken again, and only stat'ed. A
@@ -82,21 +131,20 @@ def _listed(root: str, skip: set[str], listings: Path) -> list[tuple[str, os.sta
     key = hashlib.sha256("\0".join([root, *sorted(skip)]).encode(errors="surrogateescape"))
     path = listings / key.hexdigest()[:40]
     with contextlib.suppress(OSError, ValueError, EOFError, TypeError):  # (none, or changed)
-        version, folders, names = marshal.loads(path.read_bytes())
+        version, folders, names, idents, tree = marshal.loads(path.read_bytes())
         if version == _LISTING_VERSION and all(
             _folder_state(folder, ignores) == state for folder, ignores, state in folders
         ):
             prefix = _inside(root)
-            return [(name, os.lstat(prefix + name)) for name in names]
+            files = [(name, os.lstat(prefix + name)) for name in names]
+            return files, _Listing(path, folders, names, idents, tree)
     files, states = _collect(root, skip, looked=[])
     racy = time.time_ns() - 1_000_000_000
-    if states is not None and all(state[2] < racy for _, _, state in states):
-        with contextlib.suppress(OSError):
-            listings.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f"{path.name}.{os.getpid()}-{os.urandom(4).hex()}")
-            tmp.write_bytes(marshal.dumps((_LISTING_VERSION, states, [n for n, _ in files])))
-            os.replace(tmp, path)
-    return files
+    if states is not None and not all(state[2] < racy for _, _, state in states):
+        states = None
+    listing = _Listing(path, states, [n for n, _ in files])
+    listing.save()
+    return files, listing
 
 
 def _folder_state(folder: str, names: tuple[str, ...] = _IGNORE_FILES) -> tuple[int, ...]:
@@ -199,8 +247,9 @@ def snapshot_code(
             f"code {code} is a file, not a folder", "set code: to the folder holding it"
         )
     skipped = {str(p.absolute()) for p in skip}
+    listing = None
     if store is not None:
-        files = _listed(str(root), skipped, Path(store) / _LISTINGS)
+        files, listing = _listed(str(root), skipped, Path(store) / _LISTINGS)
     else:
         files = _collect(str(root), skipped)[0]
     total = sum(_size(st) for _, st in files)
@@ -216,7 +265,12 @@ def snapshot_code(
     kept = CodeStore(store) if store is not None else None
     if kept is not None:
         dest.parent.mkdir(parents=True, exist_ok=True)
-        shared = kept.share(str(root), files, str(dest))
+        key = listing.tree_key(files) if listing is not None else None
+        if key is None:
+            key = kept.tree_key(str(root), files)
+            if key is not None and listing is not None:
+                listing.save(files, key)
+        shared = kept.share(str(root), files, str(dest), key) if key is not None else None
         if shared is not None:
             kept.prune()
             return Snapshot(files=len(files), bytes=total, linked=shared, shared=True)

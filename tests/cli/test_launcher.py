@@ -22,6 +22,7 @@ from typing import Any
 import psutil
 import pytest
 
+from ferry.procs import SUPERVISOR_NAME
 from tests.conftest import (
     FERRY,
     ferry,
@@ -57,6 +58,8 @@ def launchers(home: Path) -> list[psutil.Process]:
                 continue
             if proc.environ().get("FERRY_HOME") != str(home):
                 continue
+            if proc.name() == SUPERVISOR_NAME:  # forked from a command, by its name
+                continue
             parent = psutil.Process(proc.info["ppid"])
             if "ferry.launcher" in (parent.cmdline() or []):
                 continue  # a command's fork
@@ -70,7 +73,7 @@ def started(home: Path) -> psutil.Process:
     """The one launcher of ``home``, once it is listening."""
     procs = wait_for(lambda: launchers(home), 30, "a launcher")
     assert len(procs) == 1
-    wait_for(lambda: list((home / "run").glob("*.sock")), 30, "its socket")
+    wait_for(lambda: list((home / "run").glob("launcher-*.sock")), 30, "its socket")
     return procs[0]
 
 
@@ -195,7 +198,7 @@ def test_it_ends_when_idle(home: Path, project: Path) -> None:
     launcher = started(home)
     psutil.wait_procs([launcher], timeout=30)
     assert not launcher.is_running()
-    assert not list((home / "run").glob("*.sock"))
+    assert not list((home / "run").glob("launcher-*.sock"))
 
 
 def test_turned_off_it_is_neither_started_nor_used(home: Path, project: Path) -> None:
@@ -316,7 +319,7 @@ def test_a_launcher_taken_away_answers_its_running_commands_first(
         text=True,
     )
     command_of(launcher)
-    for socket_file in (home / "run").glob("*.sock"):
+    for socket_file in (home / "run").glob("launcher-*.sock"):
         socket_file.unlink()  # as a launcher that replaced it, or FERRY_HOME removed
     time.sleep(3)  # it notices within 2 s, and takes no more commands
     assert launcher.is_running()

@@ -1,0 +1,202 @@
+"""Handing an admitted job to a supervisor that has nothing to do.
+
+A supervisor whose job ended, and which found no queued job to go on with, waits
+:data:`LINGER_S` for a new one before it ends: it listens on
+``FERRY_HOME/run/idle-<identity>-<pid>.sock``. A process about to start a supervisor for a
+job it admitted (:func:`ferry.supervisor.spawn_supervisor`) hands the job to such a
+supervisor when there is one. When tiny jobs come one after another (a sweep, a script
+submitting in a loop), that spares a process per job: the fork of a large process, the new
+process's start and its end cost more than supervising a tiny job.
+
+Only a supervisor that a fork of the handing process would be like takes the job: the same
+Ferry installation, user, groups, priority, hard limits, control group and namespaces
+(:func:`ferry.launcher.identity`), umask and CPU affinity, all of which the job's processes
+inherit from their supervisor. The folder is private and the peer's user is checked.
+
+The hand-over has two steps, so a job never has two supervisors: the supervisor answers
+``ready`` to the job's id and takes the job only on the ``go`` that follows; a handing
+process without an answer within :data:`REPLY_TIMEOUT_S` starts a supervisor of its own and
+never says ``go``. At worst (a supervisor killed just after ``go``) a job has no supervisor
+for a while, which the next command finds (``START_TIMEOUT``) and resumes, as it would a
+forked supervisor killed before it started the job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import select
+import socket
+import time
+from collections.abc import Callable, Iterator
+
+LINGER_S = 2.0  # how long a supervisor without a job waits for one before it ends
+REPLY_TIMEOUT_S = 1.0  # an idle supervisor answers in microseconds; one that does not is stuck
+GO_TIMEOUT_S = 10.0  # how long a supervisor that said ready waits for the go
+_PREFIX = "idle-"
+_JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+
+
+def waiting() -> bool:
+    """Whether an idle supervisor like the one this process would start is waiting."""
+    return bool(_idle())
+
+
+def hand(job_id: str) -> bool:
+    """Hand the admitted job ``job_id`` to an idle supervisor like the one this process
+    would start; whether one took it."""
+    return any(_offer(path, job_id) for path in _idle())
+
+
+def _idle() -> list[str]:
+    """The sockets of the idle supervisors like the one this process would start."""
+    folder = _folder()
+    try:
+        names = os.listdir(folder)
+    except OSError:  # (no folder yet: no idle supervisor)
+        return []
+    if not any(name.startswith(_PREFIX) for name in names):
+        return []
+    from ferry.launcher import private_folder
+
+    prefix = f"{_PREFIX}{_identity()}-"
+    found = [os.path.join(folder, name) for name in names if name.startswith(prefix)]
+    return found if found and private_folder(folder) else []
+
+
+def _offer(path: str, job_id: str) -> bool:
+    from ferry.launcher import peer_is_me
+
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        conn.settimeout(REPLY_TIMEOUT_S)
+        try:
+            with _short(path) as short:
+                conn.connect(short)
+        except ConnectionRefusedError:  # its supervisor was killed before it could remove it
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            return False
+        if not peer_is_me(conn):
+            return False
+        conn.sendall(f"{job_id}\n".encode())
+        if _line(conn) != "ready":
+            return False
+        conn.sendall(b"go\n")
+        return True
+    except OSError:  # gone, busy, or too slow: this process starts a supervisor itself
+        return False
+    finally:
+        conn.close()
+
+
+def wait_for_job(
+    wake_fd: int, stopped: Callable[[], bool], seconds: float = LINGER_S
+) -> str | None:
+    """In a supervisor without a job: wait up to ``seconds`` for one handed over by
+    :func:`hand`; its id, or None (time is up, or ``stopped()`` became true: the
+    supervisor's signal pipe ``wake_fd`` wakes the wait)."""
+    folder = _folder()
+    path = os.path.join(folder, f"{_PREFIX}{_identity()}-{os.getpid()}.sock")
+    from ferry.launcher import private_folder
+
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        if not private_folder(folder):
+            return None
+        with contextlib.suppress(FileNotFoundError):  # left by a killed process of this pid
+            os.unlink(path)
+        with _short(path) as short:
+            listener.bind(short)
+        listener.listen(16)
+        deadline = time.monotonic() + seconds
+        while not stopped():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            ready, _, _ = select.select([listener.fileno(), wake_fd], [], [], left)
+            if wake_fd in ready:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake_fd, 4096)
+            if listener.fileno() in ready:
+                conn, _ = listener.accept()
+                with conn:
+                    job_id = _take(conn)
+                if job_id is not None:
+                    return job_id
+        return None
+    except OSError:  # (no room for the socket, a folder taken away: end as before)
+        return None
+    finally:
+        with contextlib.suppress(OSError):  # whoever connects from now on starts their own
+            os.unlink(path)
+        listener.close()
+
+
+def _take(conn: socket.socket) -> str | None:
+    from ferry.launcher import peer_is_me
+
+    try:
+        conn.settimeout(GO_TIMEOUT_S)
+        if not peer_is_me(conn):
+            return None
+        job_id = _line(conn)
+        if not _JOB_ID.fullmatch(job_id):
+            return None
+        conn.sendall(b"ready\n")
+        return job_id if _line(conn) == "go" else None
+    except OSError:
+        return None
+
+
+def _line(conn: socket.socket) -> str:
+    """One line from ``conn`` (without its newline); what came before EOF otherwise."""
+    data = b""
+    while not data.endswith(b"\n") and len(data) < 256:
+        chunk = conn.recv(256 - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data.rstrip(b"\n").decode(errors="replace")
+
+
+@contextlib.contextmanager
+def _short(path: str) -> Iterator[str]:
+    """``path`` as a Unix socket can take it (108 bytes at most, where FERRY_HOME may be
+    deep): through the descriptor of its folder, on Linux."""
+    if len(os.fsencode(path)) < 100 or not os.path.isdir("/proc/self/fd"):
+        yield path
+        return
+    folder, name = os.path.split(path)
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        yield f"/proc/self/fd/{fd}/{name}"
+    finally:
+        os.close(fd)
+
+
+def _folder() -> str:
+    from ferry.config import ferry_home
+    from ferry.launcher import FOLDER
+
+    return os.path.join(str(ferry_home()), FOLDER)
+
+
+def _identity() -> str:
+    """:func:`ferry.launcher.identity`, with what a job takes on from its supervisor
+    besides: the umask and the CPUs it may run on."""
+    from ferry.launcher import identity
+
+    umask = ""
+    with contextlib.suppress(OSError), open("/proc/self/status") as file:
+        umask = next((line for line in file if line.startswith("Umask:")), "")
+    if not umask:  # (not Linux: set and put back)
+        mask = os.umask(0o077)
+        os.umask(mask)
+        umask = oct(mask)
+    cpus = ""
+    with contextlib.suppress(AttributeError, OSError):
+        cpus = repr(sorted(os.sched_getaffinity(0)))
+    return identity(umask, cpus)
