@@ -68,7 +68,8 @@ def fresh_workdir(
 
 
 # relative path -> (inode, change time, modification time, size, mode) of each file and
-# link of a folder, and (inode, 0, 0, 0, mode) of each folder in it. (Copies carry their
+# link of a folder, and (inode, change time or 0, 0, 0, mode) of each folder in it (the
+# change time once _unchanged has seen it settled). (Copies carry their
 # source's old modification time: a write within the same tick of the coarse clock as
 # the copy, which may keep the change time, still changes that.)
 Files = dict[str, tuple[int, int, int, int, int]]
@@ -106,11 +107,15 @@ def _unchanged(folder: Path, before: Files) -> bool:
     caches an import writes, which are then removed. A write, a change of mode or times,
     a rename, each change an inode's change time; new and removed entries show too.
 
-    Each entry is looked up by its name, and each folder only listed (what :func:`_files`
-    would find, at half the cost: this runs as every job from a shared tree ends)."""
+    Each entry is looked up by its name (what :func:`_files` would find, at a fraction of
+    the cost: this runs as every job from a shared tree ends). A folder is listed unless
+    its change time is the one ``before`` notes for it (an entry added, removed or renamed
+    in it changes that); a time is noted, in ``before``, only once it is a second old, so a
+    change within the same tick of the clock is never missed."""
     prefix = f"{folder}{os.sep}"
     lstat, is_dir = os.lstat, stat.S_ISDIR
     expected: dict[str, set[str]] = {"": set()}
+    folders: dict[str, os.stat_result] = {}
     try:
         for name, record in before.items():
             st = lstat(prefix + name)
@@ -120,10 +125,15 @@ def _unchanged(folder: Path, before: Files) -> bool:
                 if (st.st_ino, st.st_mode) != (record[0], record[4]):
                     return False
                 expected.setdefault(name, set())
+                folders[name] = st
             elif (st.st_ino, st.st_ctime_ns, st.st_mtime_ns, st.st_size, st.st_mode) != record:
                 return False
+        settled = time.time_ns() - _SETTLED_NS
         caches = []
         for parent, names in expected.items():
+            seen = folders.get(parent)
+            if seen is not None and seen.st_ctime_ns == before[parent][1]:
+                continue  # nothing added, removed or renamed in it since it was noted
             found = set(os.listdir(prefix + parent if parent else folder))
             if "__pycache__" in found and "__pycache__" not in names:
                 found.discard("__pycache__")
@@ -131,13 +141,20 @@ def _unchanged(folder: Path, before: Files) -> bool:
                 if not is_dir(lstat(cache).st_mode):
                     return False
                 caches.append(cache)
+                seen = None  # its time changes as the cache goes
             if found != names:
                 return False
+            if parent:
+                noted = seen.st_ctime_ns if seen is not None and seen.st_ctime_ns < settled else 0
+                before[parent] = (before[parent][0], noted, 0, 0, before[parent][4])
     except OSError:
         return False
     for cache in caches:
         shutil.rmtree(cache)
     return True
+
+
+_SETTLED_NS = 1_000_000_000  # a folder's change time is noted once this old (clock ticks)
 
 
 class Pool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -101,6 +102,20 @@ def test_a_folder_a_job_changed_in_any_way_is_never_reused(
     change(work)
     assert not recycle(code, work, given)
     assert work.is_dir() and pool_of(tmp_path) == []  # left where it was, for a look
+
+
+@pytest.mark.parametrize("change", [_add, _remove, _rename_back])
+def test_a_change_is_seen_in_a_folder_whose_time_was_noted(
+    code: Path, tmp_path: Path, change: Callable[[Path], None]
+) -> None:
+    work = tmp_path / "work"
+    assert recycle(code, work, fresh_workdir(code, work))
+    time.sleep(1.1)  # the copy's folders settle: the next look notes their times
+    assert recycle(code, work, fresh_workdir(code, work))
+    given = fresh_workdir(code, work)  # (taken again: listed only where a time moved)
+    assert pool_of(tmp_path) == []
+    change(work)
+    assert not recycle(code, work, given)
 
 
 def test_the_pool_holds_a_few_folders_per_tree(code: Path, tmp_path: Path) -> None:
