@@ -41,7 +41,10 @@ demo: $(DEMO_STAMP)
 test: $(STAMP) $(AZURITE)
 	$(PY) -m pytest -q -n $(WORKERS) --dist loadgroup tests
 
+# Ferry's bytecode first, as a regular install has it (an editable install run with
+# PYTHONDONTWRITEBYTECODE set would compile every module in every process)
 bench: $(STAMP)
+	@$(PY) -m compileall -q ferry
 	@$(PY) benchmarks/run_all.py
 
 lint: $(STAMP)
