@@ -4,13 +4,13 @@ It runs in its own session (closing the terminal does not touch it), writes its 
 to ``<job dir>/supervisor.log``, and runs :func:`ferry.controller.supervise`. When its job
 ends it admits queued jobs into the room it held and goes on to supervise the first of them
 itself (starting a process per job would cost more than a tiny job); with none queued, it
-waits a moment for a job handed over by the next submission (:mod:`ferry.handoff`). It is started by
-forking the submitting process when that is safe (single-threaded: the CLI, scripts), which
-costs a millisecond, and otherwise by executing ``python -m ferry.supervisor JOB`` (Jupyter
-kernels and other threaded hosts, where forking is unsafe). ``ferry run`` forks one before
-it even validates the spec (:func:`start_standby`): that supervisor imports what it needs
-while the command imports pydantic and submits, then is handed the job, or ends with the
-command if there is none for it.
+waits a moment for a job handed over by the next submission (:mod:`ferry.handoff`). It is
+started by forking the submitting process when that is safe (single-threaded: the CLI,
+scripts), which costs a millisecond, and otherwise by executing ``python -m
+ferry.supervisor JOB`` (Jupyter kernels and other threaded hosts, where forking is unsafe).
+``ferry run`` forks one before it even validates the spec (:func:`start_standby`): that
+supervisor imports what it needs while the command imports pydantic and submits, then is
+handed the job, or ends with the command if there is none for it.
 """
 
 from __future__ import annotations
