@@ -5,9 +5,11 @@
 
 from __future__ import annotations
 
+import time as _time
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+_imported_ns = _time.time_ns()  # a file of Ferry changed after this is not what runs here
 
 if TYPE_CHECKING:
     from ferry.api import Job, get_job, list_jobs, submit

@@ -35,6 +35,8 @@ LINGER_S = 2.0  # how long a supervisor without a job waits for one before it en
 REPLY_TIMEOUT_S = 1.0  # an idle supervisor answers in microseconds; one that does not is stuck
 GO_TIMEOUT_S = 10.0  # how long a supervisor that said ready waits for the go
 _PREFIX = "idle-"
+# Unix sockets whose peer's user can be asked (Linux); elsewhere every job gets a new process
+_USABLE = hasattr(socket, "AF_UNIX") and hasattr(socket, "SO_PEERCRED")
 _JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 
 
@@ -51,6 +53,8 @@ def hand(job_id: str) -> bool:
 
 def _idle() -> list[str]:
     """The sockets of the idle supervisors like the one this process would start."""
+    if not _USABLE:
+        return []
     folder = _folder()
     try:
         names = os.listdir(folder)
@@ -68,7 +72,7 @@ def _idle() -> list[str]:
 def _offer(path: str, job_id: str) -> bool:
     from ferry.launcher import peer_is_me
 
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.settimeout(REPLY_TIMEOUT_S)
         try:
@@ -97,20 +101,26 @@ def wait_for_job(
     """In a supervisor without a job: wait up to ``seconds`` for one handed over by
     :func:`hand`; its id, or None (time is up, or ``stopped()`` became true: the
     supervisor's signal pipe ``wake_fd`` wakes the wait)."""
+    if not _USABLE or not _current():
+        return None
     folder = _folder()
     path = os.path.join(folder, f"{_PREFIX}{_identity()}-{os.getpid()}.sock")
     from ferry.launcher import private_folder
 
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         os.makedirs(folder, mode=0o700, exist_ok=True)
         if not private_folder(folder):
             return None
+        # listening before it is found under its name (a submitter refused a connection
+        # takes the name for a dead supervisor's, and removes it)
+        tmp = os.path.join(folder, f"tmp-{os.getpid()}.sock")
         with contextlib.suppress(FileNotFoundError):  # left by a killed process of this pid
-            os.unlink(path)
-        with _short(path) as short:
+            os.unlink(tmp)
+        with _short(tmp) as short:
             listener.bind(short)
         listener.listen(16)
+        os.replace(tmp, path)
         deadline = time.monotonic() + seconds
         while not stopped():
             left = deadline - time.monotonic()
@@ -123,7 +133,7 @@ def wait_for_job(
             if listener.fileno() in ready:
                 conn, _ = listener.accept()
                 with conn:
-                    job_id = _take(conn)
+                    job_id = _take(conn, stopped)
                 if job_id is not None:
                     return job_id
         return None
@@ -135,7 +145,10 @@ def wait_for_job(
         listener.close()
 
 
-def _take(conn: socket.socket) -> str | None:
+def _take(conn: socket.socket, stopped: Callable[[], bool]) -> str | None:
+    """The job offered on ``conn``, taken; None when it is not (this supervisor was told to
+    stop, or runs Ferry files that have changed since: the offer is declined at once, and
+    the other process starts a supervisor of its own)."""
     from ferry.launcher import peer_is_me
 
     try:
@@ -145,10 +158,50 @@ def _take(conn: socket.socket) -> str | None:
         job_id = _line(conn)
         if not _JOB_ID.fullmatch(job_id):
             return None
+        if stopped() or not _current():
+            conn.sendall(b"no\n")
+            return None
         conn.sendall(b"ready\n")
         return job_id if _line(conn) == "go" else None
     except OSError:
         return None
+
+
+_own: dict[str, tuple[int, int]] | None = None  # Ferry's files this process runs, as loaded
+
+
+def _current() -> bool:
+    """Whether the Ferry this process runs is what is installed: none of its files changed
+    since Ferry was imported (an upgrade, an edit of a checkout), as the launcher checks."""
+    global _own
+    if _own is not None:
+        for path, state in _own.items():
+            try:
+                st = os.stat(path)
+            except OSError:
+                return False
+            if (st.st_mtime_ns, st.st_size) != state:
+                return False
+        return True
+    import sys
+
+    import ferry
+
+    package = os.path.dirname(os.path.abspath(ferry.__file__)) + os.sep
+    since = ferry._imported_ns - 50_000_000  # (file times lag the clock by up to a tick)
+    own: dict[str, tuple[int, int]] = {}
+    for module in list(sys.modules.values()):
+        loaded = getattr(module, "__file__", None)
+        if isinstance(loaded, str) and loaded.startswith(package):
+            try:
+                st = os.stat(loaded)
+            except OSError:
+                return False
+            if st.st_mtime_ns >= since:  # changed after it may have been imported
+                return False
+            own[loaded] = (st.st_mtime_ns, st.st_size)
+    _own = own
+    return True
 
 
 def _line(conn: socket.socket) -> str:
@@ -184,10 +237,23 @@ def _folder() -> str:
     return os.path.join(str(ferry_home()), FOLDER)
 
 
+_VOLATILE = frozenset({"PWD", "OLDPWD", "_", "SHLVL"})  # what a shell changes as it goes
+
+
 def _identity() -> str:
-    """:func:`ferry.launcher.identity`, with what a job takes on from its supervisor
-    besides: the umask and the CPUs it may run on."""
-    from ferry.launcher import identity
+    """:func:`ferry.launcher.identity`, with what a job and its supervisor's own work
+    (staging, uploads: the providers' credential chains read the environment) take on from
+    the supervisor besides: the environment, the soft limits, the umask, the CPUs it may
+    run on and its standing with the out-of-memory killer."""
+    import resource
+
+    from ferry.launcher import _LIMITS, identity
+
+    env = sorted((k, v) for k, v in os.environ.items() if k not in _VOLATILE)
+    soft = [resource.getrlimit(getattr(resource, n))[0] for n in _LIMITS if hasattr(resource, n)]
+    oom = ""
+    with contextlib.suppress(OSError), open("/proc/self/oom_score_adj") as file:
+        oom = file.read()
 
     umask = ""
     with contextlib.suppress(OSError), open("/proc/self/status") as file:
@@ -199,4 +265,4 @@ def _identity() -> str:
     cpus = ""
     with contextlib.suppress(AttributeError, OSError):
         cpus = repr(sorted(os.sched_getaffinity(0)))
-    return identity(umask, cpus)
+    return identity(umask, cpus, oom, repr(soft), repr(env))

@@ -249,7 +249,10 @@ def run(job_id: str) -> int:
 
             current = wait_for_job(control.wake_read, lambda: bool(control.terminated))
             if current is not None:
-                _log_to(current, store)
+                try:
+                    _log_to(current, store)
+                except Exception:  # (its folder gone, the store failing: supervise says so)
+                    traceback.print_exc()
     from ferry.telemetry.notify import finish_all
 
     for done_job, outcome in finish_all(timeout=60.0):  # alerts still on their way

@@ -241,11 +241,8 @@ def _run_attempts(
         _finish_job(store, job_id, _S.FAILED, f"cannot create outputs in {sync.local}: {exc}")
         return True
     errors = retried = 0
-    first = True
     while True:
-        if not first:  # (the first attempt starts from the job as it was just read)
-            job = store.get_job(job_id)
-        first = False
+        job = store.get_job(job_id)  # (a cancel may have come while it got ready)
         if job.status is _S.CANCELLING:
             when = "between attempts" if store.attempts(job_id) else "before it started"
             _finish_job(store, job_id, _S.CANCELLED, f"cancelled {when}")
@@ -657,7 +654,7 @@ def _end(
         status = _S.FAILED if status is _S.SUCCEEDED else status
         reason = f"{reason}; outputs could not be written to {sync.target.uri}: {exc}"
     if recycle is not None:
-        with contextlib.suppress(OSError):  # (only a saving for the next job)
+        with contextlib.suppress(Exception):  # (only a saving for the next job)
             recycle()
     if attempt_status is not AttemptStatus.SUCCEEDED:
         ended["reason"] = reason

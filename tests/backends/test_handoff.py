@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -45,16 +46,33 @@ def test_the_next_job_goes_to_the_supervisor_of_the_last_one(home: Path, project
     assert idle_sockets(home) == []
 
 
-def test_a_submitter_unlike_the_idle_supervisor_gets_its_own(home: Path, project: Path) -> None:
+SHOW = """
+import os, resource
+mask = os.umask(0)
+print("umask", oct(mask), "nice", os.nice(0), "files", resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+      "profile", os.environ.get("AWS_PROFILE"))
+"""
+
+
+@pytest.mark.parametrize(
+    ("caller", "seen"),
+    [
+        ("umask 027; exec nice -n 3", "umask 0o27 nice 3"),
+        ("ulimit -S -n 512; exec", "files 512"),
+        ("AWS_PROFILE=other exec", "profile other"),
+    ],
+)
+def test_a_submitter_unlike_the_idle_supervisor_gets_its_own(
+    home: Path, project: Path, caller: str, seen: str
+) -> None:
     first = submit("--", "python", "-c", "pass", cwd=project)
     wait_status(first, "SUCCEEDED")
     wait_for(lambda: idle_sockets(home), 5, "the idle supervisor's socket")
-    # another umask and priority: the job must get them, so a supervisor started from here
-    (project / "show.py").write_text(
-        "import os\nmask = os.umask(0)\nprint('umask', oct(mask), 'nice', os.nice(0))\n"
-    )
+    # what the job (or the supervisor's own staging and uploads) would take on from its
+    # supervisor: so one started from here
+    (project / "show.py").write_text(SHOW)
     result = subprocess.run(
-        f"umask 027; exec nice -n 3 {FERRY} run --detach -- python show.py",
+        f"{caller} {FERRY} run --detach -- python show.py",
         shell=True,
         cwd=project,
         capture_output=True,
@@ -65,7 +83,31 @@ def test_a_submitter_unlike_the_idle_supervisor_gets_its_own(home: Path, project
     second = result.stdout.strip()
     wait_status(second, "SUCCEEDED")
     assert supervisor_of(second) != supervisor_of(first)
-    assert ferry("logs", second).stdout == "umask 0o27 nice 3\n"
+    assert seen in ferry("logs", second).stdout
+
+
+def test_a_supervisor_running_changed_ferry_files_takes_no_job(tmp_path: Path) -> None:
+    # a copy of the package, so that editing it touches no other test's Ferry
+    import shutil
+
+    import ferry
+
+    copy = tmp_path / "site"
+    shutil.copytree(Path(ferry.__file__).parent, copy / "ferry")
+    probe = (
+        "import os, time, ferry.handoff as h\n"
+        "before = h._current()\n"
+        "os.utime(os.path.join(os.path.dirname(h.__file__), 'handoff.py'))  # an edit\n"
+        "print(before, h._current())\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        env={**os.environ, "PYTHONPATH": str(copy)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.stdout.split() == ["True", "False"], result.stderr
 
 
 def test_an_idle_supervisor_that_never_answers_is_passed_over(home: Path, project: Path) -> None:
