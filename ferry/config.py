@@ -166,6 +166,11 @@ SETTINGS: dict[str, Setting] = {
     "local.stop_grace": Setting(
         parse_duration, defaults.STOP_GRACE, "seconds between SIGTERM and SIGKILL on stop"
     ),
+    "local.linger": Setting(
+        _duration_or_off,
+        defaults.SUPERVISOR_LINGER,
+        "how long a supervisor whose job ended waits for the next job (0: none)",
+    ),
     "launcher.idle": Setting(
         _duration_or_off, 600.0, "how long the warm launcher waits for commands (0: none)"
     ),

@@ -63,3 +63,8 @@ STORAGE_RETRY_WINDOW = 8.0
 STORAGE_READ_TIMEOUT = 30.0
 STORAGE_S3_ATTEMPTS = 3  # botocore attempts in all (the first and two retries)
 STORAGE_AZURE_RETRIES = 2  # Azure SDK retries after the first attempt
+
+# A supervisor whose job ended, with none queued, waits this long for the next one handed
+# over (ferry.handoff): long enough for a script or a sweep submitting one job after
+# another, short enough that no process is left waiting after the last one.
+SUPERVISOR_LINGER = 2.0

@@ -1,7 +1,7 @@
 """Handing an admitted job to a supervisor that has nothing to do.
 
 A supervisor whose job ended, and which found no queued job to go on with, waits
-:data:`LINGER_S` for a new one before it ends: it listens on
+``local.linger`` (2 s by default) for a new one before it ends: it listens on
 ``FERRY_HOME/run/idle-<identity>-<pid>.sock``. A process about to start a supervisor for a
 job it admitted (:func:`ferry.supervisor.spawn_supervisor`) hands the job to such a
 supervisor when there is one. When tiny jobs come one after another (a sweep, a script
@@ -31,7 +31,6 @@ import socket
 import time
 from collections.abc import Callable, Iterator
 
-LINGER_S = 2.0  # how long a supervisor without a job waits for one before it ends
 REPLY_TIMEOUT_S = 1.0  # an idle supervisor answers in microseconds; one that does not is stuck
 GO_TIMEOUT_S = 10.0  # how long a supervisor that said ready waits for the go
 _PREFIX = "idle-"
@@ -95,13 +94,11 @@ def _offer(path: str, job_id: str) -> bool:
         conn.close()
 
 
-def wait_for_job(
-    wake_fd: int, stopped: Callable[[], bool], seconds: float = LINGER_S
-) -> str | None:
+def wait_for_job(wake_fd: int, stopped: Callable[[], bool], seconds: float) -> str | None:
     """In a supervisor without a job: wait up to ``seconds`` for one handed over by
     :func:`hand`; its id, or None (time is up, or ``stopped()`` became true: the
     supervisor's signal pipe ``wake_fd`` wakes the wait)."""
-    if not _USABLE or not _current():
+    if seconds <= 0 or not _USABLE or not _current():
         return None
     folder = _folder()
     path = os.path.join(folder, f"{_PREFIX}{_identity()}-{os.getpid()}.sock")
@@ -175,14 +172,9 @@ def _current() -> bool:
     since Ferry was imported (an upgrade, an edit of a checkout), as the launcher checks."""
     global _own
     if _own is not None:
-        for path, state in _own.items():
-            try:
-                st = os.stat(path)
-            except OSError:
-                return False
-            if (st.st_mtime_ns, st.st_size) != state:
-                return False
-        return True
+        from ferry.launcher import files_changed
+
+        return not files_changed(_own)
     import sys
 
     import ferry

@@ -245,9 +245,14 @@ def run(job_id: str) -> int:
         adopt = code == 0 and not control.terminated
         current = _next_job(store, current, adopt=adopt)
         if current is None and adopt:  # none queued: wait a moment for one handed over
+            from ferry import config
             from ferry.handoff import wait_for_job
 
-            current = wait_for_job(control.wake_read, lambda: bool(control.terminated))
+            try:
+                linger = float(config.get("local.linger"))
+            except Exception:  # (a config file edited by hand into nonsense: no waiting)
+                linger = 0.0
+            current = wait_for_job(control.wake_read, lambda: bool(control.terminated), linger)
             if current is not None:
                 try:
                     _log_to(current, store)

@@ -93,6 +93,18 @@ def private_folder(path: str) -> bool:
     return st.st_uid == os.getuid() and not st.st_mode & 0o077
 
 
+def files_changed(files: dict[str, tuple[int, int]]) -> bool:
+    """Whether any of ``files`` (path -> modification time, size) changed or went."""
+    for path, state in files.items():
+        try:
+            st = os.stat(path)
+        except OSError:
+            return True
+        if (st.st_mtime_ns, st.st_size) != state:
+            return True
+    return False
+
+
 def peer_is_me(conn: socket.socket) -> bool:
     """Whether the process at the other end of the Unix socket ``conn`` runs as this user."""
     import struct

@@ -11,7 +11,7 @@ import socket
 import sys
 from typing import Any
 
-from ferry.launcher import PROTOCOL, socket_path
+from ferry.launcher import PROTOCOL, files_changed, socket_path
 
 # What a command imports on its way: the launcher imports it once, for every command.
 _PRELOAD = (
@@ -89,7 +89,7 @@ def serve(idle_s: float) -> int:
                         break  # replaced
                 except FileNotFoundError:
                     break  # removed
-                if _changed(files):
+                if files_changed(files):
                     break
     finally:
         server.close()
@@ -114,17 +114,6 @@ def _module_files() -> dict[str, tuple[int, int]]:
                 continue
             found[path] = (st.st_mtime_ns, st.st_size)
     return found
-
-
-def _changed(files: dict[str, tuple[int, int]]) -> bool:
-    for path, state in files.items():
-        try:
-            st = os.stat(path)
-        except OSError:
-            return True
-        if (st.st_mtime_ns, st.st_size) != state:
-            return True
-    return False
 
 
 class _Server:
@@ -175,7 +164,7 @@ class _Server:
         if struct.unpack("3i", creds)[1] != os.getuid():  # another user: never
             conn.close()
             return False
-        if _changed(self.own_files):  # Ferry was edited or upgraded: let the caller run it
+        if files_changed(self.own_files):  # Ferry was edited or upgraded: let the caller run it
             self.stale = True
             try:
                 conn.sendall(b"stale\n")

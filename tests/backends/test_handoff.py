@@ -25,6 +25,13 @@ def idle_sockets(home: Path) -> list[str]:
     return sorted(n for n in os.listdir(run) if n.startswith("idle-")) if run.is_dir() else []
 
 
+@pytest.fixture(autouse=True)
+def linger(home: Path) -> None:
+    """Idle supervisors wait 10 s here (2 s by default): a loaded machine may take longer
+    than that to start the next `ferry` command."""
+    assert ferry("config", "set", "local.linger", "10s").returncode == 0
+
+
 def supervisor_of(job_id: str) -> int:
     from ferry.store import open_store
 
@@ -42,8 +49,19 @@ def test_the_next_job_goes_to_the_supervisor_of_the_last_one(home: Path, project
     assert supervisor_of(second) == supervisor_of(first)
     assert ferry("logs", second).stdout == "second\n"
     # with nothing more to do it ends, and takes its socket with it
-    wait_for(lambda: not pid_alive(supervisor_of(first)), 15, "the idle supervisor to end")
+    wait_for(lambda: not pid_alive(supervisor_of(first)), 30, "the idle supervisor to end")
     assert idle_sockets(home) == []
+
+
+def test_local_linger_0_keeps_no_supervisor_waiting(home: Path, project: Path) -> None:
+    assert ferry("config", "set", "local.linger", "0").returncode == 0
+    first = submit("--", "python", "-c", "pass", cwd=project)
+    wait_status(first, "SUCCEEDED")
+    wait_for(lambda: not pid_alive(supervisor_of(first)), 30, "the supervisor to end")
+    assert idle_sockets(home) == []
+    second = submit("--", "python", "-c", "pass", cwd=project)
+    wait_status(second, "SUCCEEDED")
+    assert supervisor_of(second) != supervisor_of(first)
 
 
 SHOW = """
