@@ -79,11 +79,11 @@ class OutputSync:
         for root in roots:
             for dirpath, dirs, files in os.walk(root):
                 # checkpoints being written or removed (ferry.runtime.checkpoint)
-                dirs[:] = [d for d in dirs if not d.startswith((".tmp-", ".old-"))]
+                dirs[:] = [d for d in dirs if not _in_progress(d)]
                 for name in files:
                     path = Path(dirpath) / name
                     relative = path.relative_to(self.local).as_posix()
-                    if relative == MANIFEST or name.endswith(".tmp"):
+                    if relative == MANIFEST or _in_progress(name):
                         continue
                     try:
                         stat = path.stat()
@@ -212,8 +212,11 @@ class OutputSync:
                 shutil.copyfile(log, target)
         self.sync(None)
         files: list[dict[str, Any]] = []
-        for dirpath, _, names in os.walk(self.local):
+        for dirpath, dirs, names in os.walk(self.local):
+            dirs[:] = [d for d in dirs if not _in_progress(d)]
             for name in sorted(names):
+                if _in_progress(name):  # (cut short by the end: never sent, never listed)
+                    continue
                 path = Path(dirpath) / name
                 relative = path.relative_to(self.local).as_posix()
                 if relative == MANIFEST:
@@ -242,6 +245,12 @@ class OutputSync:
             tmp.write_bytes(data)
             os.replace(tmp, self.local / MANIFEST)
         return manifest
+
+
+def _in_progress(name: str) -> bool:
+    """Whether a file or folder of the outputs is one being written, to be renamed once
+    whole (``.tmp-x``, ``x.tmp``), or one on its way out (``.old-x``): never sent."""
+    return name.startswith((".tmp-", ".old-")) or name.endswith(".tmp")
 
 
 def read_manifest(outputs: str) -> dict[str, Any] | None:

@@ -236,6 +236,29 @@ BIG_CHECKPOINT = textwrap.dedent("""
 """)
 
 
+def test_a_file_being_written_is_never_sent_nor_listed(
+    stores: dict[str, Any], tmp_path: Path
+) -> None:
+    from ferry.storage.outputs import OutputSync
+
+    s3, bucket = stores["s3"], stores["bucket"]
+    sync = OutputSync.for_outputs(f"s3://{bucket}/runs/partial", tmp_path / "job")
+    checkpoints = sync.local / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    (checkpoints / ".tmp-weights").write_bytes(b"half")  # renamed once whole; cut short here
+    (checkpoints / "opt.pt.tmp").write_bytes(b"half")
+    (checkpoints / "weights.bin").write_bytes(b"whole")
+    assert sync.sync() == len(b"whole")
+    manifest = sync.finish([], "partial")
+    assert [f["path"] for f in manifest["files"]] == ["checkpoints/weights.bin"]
+    s3.invalidate_cache()
+    root = f"{bucket}/runs/partial/"
+    assert sorted(p[len(root) :] for p in s3.find(root)) == [
+        "checkpoints/weights.bin",
+        "manifest.json",
+    ]
+
+
 def test_a_large_checkpoint_going_up_never_delays_the_notice(
     stores: dict[str, Any], s3_endpoint: str, home: Path, project: Path, tmp_path: Path
 ) -> None:
