@@ -104,14 +104,14 @@ def wait_for_job(wake_fd: int, stopped: Callable[[], bool], seconds: float) -> s
     path = os.path.join(folder, f"{_PREFIX}{_identity()}-{os.getpid()}.sock")
     from ferry.launcher import private_folder
 
+    # listening before it is found under its name (a submitter refused a connection takes
+    # the name for a dead supervisor's, and removes it)
+    tmp = os.path.join(folder, f"tmp-{os.getpid()}.sock")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         os.makedirs(folder, mode=0o700, exist_ok=True)
         if not private_folder(folder):
             return None
-        # listening before it is found under its name (a submitter refused a connection
-        # takes the name for a dead supervisor's, and removes it)
-        tmp = os.path.join(folder, f"tmp-{os.getpid()}.sock")
         with contextlib.suppress(FileNotFoundError):  # left by a killed process of this pid
             os.unlink(tmp)
         with _short(tmp) as short:
@@ -137,8 +137,9 @@ def wait_for_job(wake_fd: int, stopped: Callable[[], bool], seconds: float) -> s
     except OSError:  # (no room for the socket, a folder taken away: end as before)
         return None
     finally:
-        with contextlib.suppress(OSError):  # whoever connects from now on starts their own
-            os.unlink(path)
+        for name in (path, tmp):  # whoever connects from now on starts their own
+            with contextlib.suppress(OSError):
+                os.unlink(name)
         listener.close()
 
 
