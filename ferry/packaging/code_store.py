@@ -409,7 +409,6 @@ def _intact(tree: str, files: list[tuple[str, os.stat_result]]) -> bool:
     of an unchanged folder: a loop kept tight.)"""
     prefix = tree + os.sep
     lstat, is_link, mode_of, dirname = os.lstat, stat.S_ISLNK, stat.S_IMODE, os.path.dirname
-    writable = stat.S_IRUSR | stat.S_IWUSR
     folders = {tree}
     try:
         for rel, st in files:
@@ -421,7 +420,7 @@ def _intact(tree: str, files: list[tuple[str, os.stat_result]]) -> bool:
             if (
                 kept.st_mtime_ns != st.st_mtime_ns
                 or kept.st_size != st.st_size
-                or mode_of(kept.st_mode) != mode_of(st.st_mode) | writable
+                or mode_of(kept.st_mode) != file_mode(st)
             ):
                 return False
         return all(os.stat(folder).st_mtime_ns == TREE_FOLDER_NS for folder in folders)

@@ -128,7 +128,9 @@ def _unchanged(folder: Path, before: Files) -> bool:
                 folders[name] = st
             elif (st.st_ino, st.st_ctime_ns, st.st_mtime_ns, st.st_size, st.st_mode) != record:
                 return False
-        settled = time.time_ns() - _SETTLED_NS
+        from ferry.packaging.code_store import RACY_NS  # (the clock's tick, with room)
+
+        settled = time.time_ns() - RACY_NS
         caches = []
         for parent, names in expected.items():
             seen = folders.get(parent)
@@ -152,9 +154,6 @@ def _unchanged(folder: Path, before: Files) -> bool:
     for cache in caches:
         shutil.rmtree(cache)
     return True
-
-
-_SETTLED_NS = 1_000_000_000  # a folder's change time is noted once this old (clock ticks)
 
 
 class Pool:
