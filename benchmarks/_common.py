@@ -47,8 +47,8 @@ def sandbox() -> Iterator[Path]:
     """
     previous_cwd = os.getcwd()
     previous_env = dict(os.environ)
-    home = tempfile.mkdtemp(prefix="ferry-bench-home-")
-    code = tempfile.mkdtemp(prefix="ferry-bench-code-")
+    home = scratch("home")
+    code = scratch("code")
     os.environ["FERRY_HOME"] = home
     os.environ["PATH"] = BIN_DIR + os.pathsep + os.environ.get("PATH", os.defpath)
     # Measure Ferry as installed (bytecode cached) even where the environment turns
@@ -66,8 +66,8 @@ def sandbox() -> Iterator[Path]:
         os.chdir(previous_cwd)
         os.environ.clear()
         os.environ.update(previous_env)
-        shutil.rmtree(home, ignore_errors=True)
-        shutil.rmtree(code, ignore_errors=True)
+        discard(Path(home))
+        discard(Path(code))
 
 
 CODE_FILES = 200  # the code folder case: a small project's worth of files
@@ -81,11 +81,49 @@ COLD = {"FERRY_LAUNCHER": "off"}
 @contextmanager
 def code_folder(files: int = CODE_FILES) -> Iterator[Path]:
     """A temporary project of ``files`` files (see :func:`make_code_folder`), removed after."""
-    root = Path(tempfile.mkdtemp(prefix="ferry-bench-project-"))
+    root = Path(scratch("project"))
     try:
         yield make_code_folder(root, files)
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        discard(root)
+
+
+SCRATCH_ENV = "FERRY_BENCH_SCRATCH"
+TRASH_ENV = "FERRY_BENCH_TRASH"
+
+
+def scratch_root() -> Path:
+    """Where the scripts make their scratch folders: ``FERRY_BENCH_SCRATCH``, by default
+    ``~/.cache/ferry-bench``, beside where Ferry keeps its data by default (``~/.ferry``).
+
+    Not in ``/tmp``: on a build machine every test writes and removes its scratch files
+    there, and on an ext4 file system without a journal (this project's build machines)
+    each file created first steps over the inodes of its block group freed in the last
+    minutes (``recently_deleted`` in the kernel's ``fs/ext4/ialloc.c``). Measured here:
+    0.2 to 0.9 ms to create an empty file in ``/tmp`` after a test run, 0.03 ms under
+    ``~``; a job creates a dozen files, so the figures would measure the test suite's
+    leftovers rather than Ferry."""
+    root = Path(os.environ.get(SCRATCH_ENV) or Path.home() / ".cache" / "ferry-bench")
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def scratch(name: str) -> str:
+    """A new empty folder under :func:`scratch_root`."""
+    return tempfile.mkdtemp(prefix=f"{name}-", dir=scratch_root())
+
+
+def discard(folder: Path) -> None:
+    """Remove a scratch folder, or, under ``run_all`` (which names a trash folder in
+    ``FERRY_BENCH_TRASH`` and empties it when every script has run), move it there:
+    removing thousands of files would slow the scripts that follow for minutes (see
+    :func:`scratch_root`), and the cost belongs to none of them."""
+    trash = os.environ.get(TRASH_ENV)
+    if trash:
+        with contextlib.suppress(OSError):
+            os.rename(folder, Path(trash) / folder.name)
+            return
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def make_code_folder(root: Path, files: int = CODE_FILES) -> Path:
@@ -155,31 +193,37 @@ def wait_for_jobs(
 ) -> tuple[dict[str, Any], bool]:
     """Wait until every job is terminal; return (their records by id, whether all ended).
 
-    Polls the store with one query per round (cheaper than a ``Job.wait`` loop per job) and
+    Each round reads only the jobs still active (one query; reading every job each round
+    would cost the machine more, as the store fills, than some of what is measured), and
     runs ``reconcile`` every heartbeat interval, as ``Job.wait`` does, so a lost supervisor
     ends its job. Gives up after ``timeout`` seconds, or after ``stall`` seconds in which no
     job changed, so a broken run reports instead of hanging.
     """
     from ferry import defaults
     from ferry.controller import reconcile
+    from ferry.status import JobStatus
     from ferry.store import open_store
 
     wanted = set(job_ids)
+    active_statuses = [s for s in JobStatus if not s.is_terminal()]
     store = open_store()
     start = last_change = reconciled = time.monotonic()
     seen: dict[str, tuple[str, float]] = {}
     while True:
-        records = {j.id: j for j in store.list_jobs(None, None) if j.id in wanted}
+        active = {j.id: j for j in store.list_jobs(active_statuses) if j.id in wanted}
         now = time.monotonic()
-        state = {i: (r.status.value, r.updated_at) for i, r in records.items()}
+        state = {i: (r.status.value, r.updated_at) for i, r in active.items()}
         if state != seen:
             seen, last_change = state, now
-        if len(records) == len(wanted) and all(r.status.is_terminal() for r in records.values()):
-            return records, True
+        if not active:
+            records = {j.id: j for j in store.list_jobs(None, None) if j.id in wanted}
+            if len(records) == len(wanted):
+                return records, True
         if now - reconciled >= defaults.HEARTBEAT_INTERVAL:
             reconcile(store)
             reconciled = now
         if now - start >= timeout or now - last_change >= stall:
+            records = {j.id: j for j in store.list_jobs(None, None) if j.id in wanted}
             pending = Counter(r.status.value for r in records.values() if r.status.is_active())
             why = "timed out" if now - start >= timeout else f"no job changed for {stall:g}s"
             log(f"gave up waiting ({why}); still active: {dict(pending)}")

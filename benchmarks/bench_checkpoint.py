@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from _common import FERRY_EXE, child_env, emit, log, sandbox
+from _common import FERRY_EXE, child_env, discard, emit, log, sandbox, scratch
 
 SIZE = 1 << 30  # bytes of state
 TENSORS = 16
@@ -201,14 +201,11 @@ def _preemptions(code: Path) -> tuple[list[float], list[float], float]:
 
 def main() -> int:
     with sandbox() as code:
-        import shutil
-        import tempfile
-
-        folder = Path(tempfile.mkdtemp(prefix="ferry-bench-ckpt-"))  # not in the snapshot
+        folder = Path(scratch("ckpt"))  # not in the snapshot
         try:
             io = _io(folder)
         finally:
-            shutil.rmtree(folder, ignore_errors=True)
+            discard(folder)
         best = {k: min(v) for k, v in io.items()}
         save_ratio = best["raw_write"] / best["save"]
         restore_ratio = best["raw_read"] / best["restore"]

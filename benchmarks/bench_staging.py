@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from _common import emit, log, sandbox
+from _common import discard, emit, log, sandbox, scratch
 
 FILES = 24
 SIZE = 4_000_000  # bytes per object: 96 MB in all
@@ -53,7 +51,7 @@ def main() -> int:
         first: list[float] = []
         rerun_bytes: list[int] = []
         rerun: list[float] = []
-        work = Path(tempfile.mkdtemp(prefix="ferry-bench-staging-"))
+        work = Path(scratch("staging"))
         try:
             fs.get("bench/data/", str(work / "warm-up") + "/", recursive=True)
             for round_ in range(ROUNDS):
@@ -80,7 +78,7 @@ def main() -> int:
                 rerun.append(again.seconds)
                 rerun_bytes.append(again.bytes_downloaded)
         finally:
-            shutil.rmtree(work, ignore_errors=True)
+            discard(work)
             server.stop()
     plain_s, first_s = statistics.median(plain), statistics.median(first)
     ratio = plain_s / first_s

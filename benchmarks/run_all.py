@@ -8,11 +8,15 @@ as MISSED but does not fail the run: benchmarks are measurements, not tests.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from _common import TRASH_ENV, scratch
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "latest.jsonl"
@@ -92,11 +96,18 @@ def table(results: list[dict[str, Any]]) -> str:
 def main() -> int:
     results: list[dict[str, Any]] = []
     started = time.monotonic()
-    for script in scripts():
-        print(f"run_all: {script.name} ...", file=sys.stderr, flush=True)
-        result = run(script)
-        print(json.dumps(result), flush=True)
-        results.append(result)
+    # the scripts' scratch folders are removed at the end, not between scripts (see
+    # _common.discard)
+    trash = scratch("trash")
+    os.environ[TRASH_ENV] = trash
+    try:
+        for script in scripts():
+            print(f"run_all: {script.name} ...", file=sys.stderr, flush=True)
+            result = run(script)
+            print(json.dumps(result), flush=True)
+            results.append(result)
+    finally:
+        shutil.rmtree(trash, ignore_errors=True)
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text("".join(json.dumps(r) + "\n" for r in results))
     print(f"\n{table(results)}", file=sys.stderr)

@@ -408,15 +408,14 @@ def _intact(tree: str, files: list[tuple[str, os.stat_result]]) -> bool:
     and no folder of it has had an entry added, removed or renamed. (Run at each snapshot
     of an unchanged folder: a loop kept tight.)"""
     prefix = tree + os.sep
-    lstat, is_link, mode_of, dirname = os.lstat, stat.S_ISLNK, stat.S_IMODE, os.path.dirname
-    folders = {tree}
+    lstat, is_link, mode_of = os.lstat, stat.S_ISLNK, stat.S_IMODE
+    parents = {rel.rpartition("/")[0] for rel, _ in files}
+    folders = {tree, *(prefix + parent for parent in parents if parent)}
     try:
         for rel, st in files:
-            path = prefix + rel
-            folders.add(dirname(path))
             if is_link(st.st_mode):
                 continue
-            kept = lstat(path)
+            kept = lstat(prefix + rel)
             if (
                 kept.st_mtime_ns != st.st_mtime_ns
                 or kept.st_size != st.st_size

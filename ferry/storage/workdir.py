@@ -12,6 +12,7 @@ same code (:class:`Pool`), which is then spared the copy.
 from __future__ import annotations
 
 import contextlib
+import errno
 import marshal
 import os
 import shutil
@@ -194,29 +195,45 @@ class Pool:
                 os.rename(self.folder / name, target)
             except FileNotFoundError:  # taken by another job meanwhile
                 continue
-            listing = self.folder / (name + _LIST)
-            with contextlib.suppress(OSError, ValueError, EOFError, TypeError):  # (cut short)
-                files = marshal.loads(listing.read_bytes())
-                listing.unlink()
-                if isinstance(files, dict):
+            # the listing stays, for the next folder given back into this place; it is
+            # this folder's if it names this folder (else it is a listing being written
+            # for the folder given back next, or one cut short)
+            with contextlib.suppress(OSError, ValueError, EOFError, TypeError):
+                folder, files = marshal.loads((self.folder / (name + _LIST)).read_bytes())
+                if folder == os.lstat(target).st_ino and isinstance(files, dict):
                     return files
             return _files(target)[0]
         return None
 
     def give(self, work: Path, files: Files) -> bool:
         """Keep ``work`` if it is unchanged since it was made with ``files``; returns
-        whether it was kept."""
+        whether it was kept.
+
+        A kept folder goes into one of ``POOL_SIZE`` places (``0``, ``1``...), then its
+        listing is written beside it, over the last one in place: keeping a folder creates
+        and removes no file (each costs more than writing a small one). The listing names
+        the folder's inode, so a job that takes the folder before its listing is written
+        lists the folder itself."""
         try:
-            if len(os.listdir(self.folder)) >= 2 * POOL_SIZE:  # (each has its listing)
-                return False
+            names = set(os.listdir(self.folder))
         except FileNotFoundError:
             self.folder.mkdir(parents=True, exist_ok=True)
-        if not _unchanged(work, files):
+            names = set()
+        free = [str(i) for i in range(POOL_SIZE) if str(i) not in names]
+        if not free or not _unchanged(work, files):
             return False
-        name = f"{os.getpid()}-{os.urandom(4).hex()}"
-        (self.folder / (name + _LIST)).write_bytes(marshal.dumps(files))
-        os.rename(work, self.folder / name)
-        return True
+        inode = os.lstat(work).st_ino
+        for place in free:
+            try:
+                os.rename(work, self.folder / place)  # (fails if another folder is there)
+            except OSError as exc:
+                if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                    continue
+                raise
+            with contextlib.suppress(OSError):  # (without it, the folder is listed when taken)
+                (self.folder / (place + _LIST)).write_bytes(marshal.dumps((inode, files)))
+            return True
+        return False
 
 
 _LIST = ".files"  # beside a kept folder: what it holds (so taking it needs no look inside)

@@ -127,6 +127,44 @@ def test_the_pool_holds_a_few_folders_per_tree(code: Path, tmp_path: Path) -> No
     assert kept == [True] * POOL_SIZE + [False, False]
 
 
+def test_keeping_a_folder_again_and_again_creates_and_removes_no_file(
+    code: Path, tmp_path: Path
+) -> None:
+    """A listing is written over in place: every file created or removed costs the next
+    file created a scan on some file systems (ext4 without a journal)."""
+    work = tmp_path / "work"
+    assert recycle(code, work, fresh_workdir(code, work))
+    listings = list((tmp_path / "store" / "work").glob("*/*.files"))
+    inodes = [p.stat().st_ino for p in listings]
+    for _ in range(3):
+        assert recycle(code, work, fresh_workdir(code, work))
+    assert len(listings) == 1 and list(listings[0].parent.glob("*.files")) == listings
+    assert [p.stat().st_ino for p in listings] == inodes
+
+
+def test_a_folder_taken_with_another_folders_listing_is_listed_anew(
+    code: Path, tmp_path: Path
+) -> None:
+    """Two jobs giving back at once, or one taking a folder before its listing is written:
+    a listing that names another folder is not used (it would make the job's folder look
+    changed when it ends, and a copy would be made for the next job)."""
+    made = []
+    for name in ("a", "b"):
+        work = tmp_path / name / "work"
+        work.parent.mkdir()
+        made.append((work, fresh_workdir(code, work)))
+    assert all(recycle(code, work, given) for work, given in made)
+    zero, one = (next((tmp_path / "store" / "work").glob(f"*/{i}.files")) for i in (0, 1))
+    swapped = one.read_bytes(), zero.read_bytes()
+    zero.write_bytes(swapped[0])
+    one.write_bytes(swapped[1])
+    work = tmp_path / "c" / "work"
+    work.parent.mkdir()
+    given = fresh_workdir(code, work)
+    assert given is not None and copied(work) == set(FILES)
+    assert recycle(code, work, given)
+
+
 def test_a_job_runs_in_a_kept_folder_as_in_a_fresh_copy(home: Path, project: Path) -> None:
     tree(project, {**FILES, "ls.py": "import os\nprint(sorted(os.listdir('.')))\n"})
     age(*(p for p in project.rglob("*") if p.is_file()), project / "pkg", project / "data")
