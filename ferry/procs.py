@@ -14,7 +14,8 @@ from functools import cache
 
 
 @cache
-def _boot_time() -> float:
+def boot_time() -> float:
+    """When this machine started (epoch seconds), from /proc/stat."""
     with open("/proc/stat", "rb") as file:
         for line in file:
             if line.startswith(b"btime"):
@@ -31,7 +32,7 @@ def start_time(pid: int) -> float | None:
         fields = stat[stat.rindex(b")") + 2 :].split()
         if fields[0] == b"Z":  # a zombie has ended
             return None
-        return _boot_time() + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+        return boot_time() + int(fields[19]) / os.sysconf("SC_CLK_TCK")
     except FileNotFoundError:
         return None
     except (OSError, ValueError, IndexError):  # no /proc here: ask psutil below

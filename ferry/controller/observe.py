@@ -185,6 +185,9 @@ def _ended_children() -> tuple[float, float]:
 
 def _started_at(pid: int) -> float:
     """When the process started (its first CPU sample counts from then)."""
-    import psutil
+    from ferry.procs import start_time
 
-    return float(psutil.Process(pid).create_time())
+    started = start_time(pid)
+    if started is None:
+        raise ProcessLookupError(f"no process {pid}")
+    return started

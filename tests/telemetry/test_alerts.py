@@ -221,3 +221,43 @@ def test_the_sweep_objective_is_read_defensively_from_the_spec() -> None:
     assert objective_name({"sweep": {"objective": {"name": "f1", "direction": "max"}}}) == "f1"
     for spec in ({}, {"sweep": None}, {"sweep": "x"}, {"sweep": {"objective": 3}}, {"sweep": []}):
         assert objective_name(spec) is None
+
+
+def test_the_samplers_figures_read_from_proc_match_psutils() -> None:
+    """On Linux the sampler reads /proc itself (cheaper than psutil's objects); what it
+    reads must be what psutil reports."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    from ferry.telemetry import sampler
+
+    code = (
+        "import time\n"
+        "block = bytearray(50_000_000)\n"
+        "with open(__import__('os').devnull, 'wb') as f: f.write(block)\n"
+        "end = time.process_time() + 0.3\n"
+        "while time.process_time() < end: pass\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+        figures = sampler._read_proc(proc.pid)
+        theirs = sampler._read_psutil(proc.pid)
+        assert figures is not None and theirs is not None
+        started, used, resident, io = figures
+        assert abs(started - theirs[0]) < 0.02
+        assert used >= 0.3 and abs(used - theirs[1]) < 0.05
+        assert resident > 50_000_000 and abs(resident - theirs[2]) < 2_000_000
+        assert io is not None and io == theirs[3]
+        net = psutil.net_io_counters()
+        received, sent = sampler._net()
+        assert 0 <= received - net.bytes_recv < 10_000_000
+        assert 0 <= sent - net.bytes_sent < 10_000_000
+    finally:
+        proc.kill()
+        proc.wait()
+    assert sampler._read_proc(proc.pid) is None
