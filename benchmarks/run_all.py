@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import TRASH_ENV, scratch
+from _common import SCRATCH_ENV, TRASH_ENV, scratch
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "latest.jsonl"
@@ -96,10 +96,14 @@ def table(results: list[dict[str, Any]]) -> str:
 def main() -> int:
     results: list[dict[str, Any]] = []
     started = time.monotonic()
-    # the scripts' scratch folders are removed at the end, not between scripts (see
-    # _common.discard)
-    trash = scratch("trash")
-    os.environ[TRASH_ENV] = trash
+    # The scripts make their scratch folders in one folder for this run, and the ones they
+    # are done with go to its trash: all removed at the end, not between scripts (see
+    # _common.discard), along with what a script killed on its timeout left.
+    run_root = Path(scratch("run"))
+    trash = run_root / "trash"
+    trash.mkdir()
+    os.environ[SCRATCH_ENV] = str(run_root)
+    os.environ[TRASH_ENV] = str(trash)
     try:
         for script in scripts():
             print(f"run_all: {script.name} ...", file=sys.stderr, flush=True)
@@ -107,7 +111,7 @@ def main() -> int:
             print(json.dumps(result), flush=True)
             results.append(result)
     finally:
-        shutil.rmtree(trash, ignore_errors=True)
+        shutil.rmtree(run_root, ignore_errors=True)
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text("".join(json.dumps(r) + "\n" for r in results))
     print(f"\n{table(results)}", file=sys.stderr)

@@ -126,8 +126,9 @@ class Observer:
             self._cpu_seen = 0.0  # CPU seconds the samples so far have shown
             self._sampled_at = now
             with contextlib.suppress(Exception):  # the process may be gone already
-                self._samplers.append(ProcessTreeSampler(pid, pss_above))
-                self._sampled_at = min(now, _started_at(pid))  # the first covers its start
+                tree = ProcessTreeSampler(pid, pss_above)
+                self._samplers.append(tree)
+                self._sampled_at = min(now, tree.started)  # the first covers its start
         sample: dict[str, float] = {}
         for sampler in self._samplers:
             sample.update(sampler.sample())
@@ -181,13 +182,3 @@ def _ended_children() -> tuple[float, float]:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     unit = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
     return usage.ru_utime + usage.ru_stime, float(usage.ru_maxrss * unit)
-
-
-def _started_at(pid: int) -> float:
-    """When the process started (its first CPU sample counts from then)."""
-    from ferry.procs import start_time
-
-    started = start_time(pid)
-    if started is None:
-        raise ProcessLookupError(f"no process {pid}")
-    return started

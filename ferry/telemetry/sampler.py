@@ -26,8 +26,10 @@ class ProcessTreeSampler:
     def __init__(self, pid: int, pss_above: float | None = None) -> None:
         self._pid = pid
         self._read = _read_proc if _PROC else _read_psutil
-        if self._read(pid) is None:
+        figures = self._read(pid)  # (an ended but unreaped process is still there)
+        if figures is None:
             raise ProcessLookupError(f"no process {pid}")
+        self.started = figures[0]  # when the process started (epoch seconds)
         # Resident memory summed over processes counts pages they share (forked data loader
         # workers) once per process. Past this many bytes, the proportional share (PSS) is
         # measured too: it is exact, but costs milliseconds per process.
@@ -101,7 +103,7 @@ def _read_proc(pid: int) -> Figures | None:
     except (ValueError, IndexError, OSError):
         return None
     io = None
-    with contextlib.suppress(OSError, ValueError):  # (another user's process: not readable)
+    with contextlib.suppress(OSError, ValueError, KeyError):  # (another user's: unreadable)
         with open(f"/proc/{pid}/io", "rb") as file:
             counters = dict(line.split(b":") for line in file.read().splitlines() if line)
         io = (float(counters[b"read_bytes"]), float(counters[b"write_bytes"]))
@@ -127,7 +129,8 @@ def _read_psutil(pid: int) -> Figures | None:
 
 
 def _net() -> tuple[float, float]:
-    """Bytes received and sent over every interface of this network namespace."""
+    """Bytes received and sent over every interface of this network namespace, as the
+    kernel counts them (64-bit counters; an interface removed takes its counts along)."""
     received = sent = 0
     with open("/proc/net/dev", "rb") as file:
         for line in file.read().splitlines()[2:]:  # (two header lines)

@@ -261,3 +261,32 @@ def test_the_samplers_figures_read_from_proc_match_psutils() -> None:
         proc.kill()
         proc.wait()
     assert sampler._read_proc(proc.pid) is None
+
+
+def test_a_process_that_ended_before_its_first_sample_is_still_sampled_once() -> None:
+    """A job shorter than the supervisor's first look has ended (unreaped) by then: its
+    start time still anchors the first sample, so its CPU is counted once, from its start."""
+    import subprocess
+    import sys
+    import time
+
+    from ferry.telemetry.sampler import ProcessTreeSampler
+    from tests.conftest import wait_for
+
+    before = time.time()
+    code = "import time\nend = time.process_time() + 0.2\nwhile time.process_time() < end: pass\n"
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    try:
+
+        def ended() -> bool:
+            with open(f"/proc/{proc.pid}/stat", "rb") as file:
+                return file.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+
+        wait_for(ended, 10, "the process to end")
+        sampler = ProcessTreeSampler(proc.pid)
+        assert before - 1.0 <= sampler.started <= time.time()  # (boot time: whole seconds)
+        sample = sampler.sample()
+        assert sample["sys/processes"] == 1
+        assert sample["sys/cpu_percent"] > 0
+    finally:
+        proc.wait()
