@@ -23,13 +23,19 @@ def boot_time() -> float:
     raise OSError("no btime in /proc/stat")
 
 
+def stat_fields(pid: int) -> list[bytes]:
+    """The fields of ``/proc/<pid>/stat`` after the command name, the state first (field 3
+    of proc(5) at index 0). Raises OSError (FileNotFoundError once the process is gone)."""
+    with open(f"/proc/{pid}/stat", "rb") as file:
+        stat = file.read()
+    # the command name (field 2) may hold spaces and parentheses: split after the last ')'
+    return stat[stat.rindex(b")") + 2 :].split()
+
+
 def start_time(pid: int) -> float | None:
     """When process ``pid`` started (epoch seconds), or None if it does not exist."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as file:
-            stat = file.read()
-        # the command name (field 2) may hold spaces and parentheses: split after the last ')'
-        fields = stat[stat.rindex(b")") + 2 :].split()
+        fields = stat_fields(pid)
         if fields[0] == b"Z":  # a zombie has ended
             return None
         return boot_time() + int(fields[19]) / os.sysconf("SC_CLK_TCK")

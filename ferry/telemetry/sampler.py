@@ -87,16 +87,10 @@ Figures = tuple[float, float, float, tuple[float, float] | None]
 
 def _read_proc(pid: int) -> Figures | None:
     """A process's figures from /proc; None if it has gone."""
-    from ferry.procs import boot_time
+    from ferry.procs import boot_time, stat_fields
 
     try:
-        with open(f"/proc/{pid}/stat", "rb") as file:
-            stat = file.read()
-    except OSError:
-        return None
-    try:
-        # the command name (field 2) may hold spaces and parentheses: split after the last ')'
-        fields = stat[stat.rindex(b")") + 2 :].split()
+        fields = stat_fields(pid)
         used = (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime
         started = boot_time() + int(fields[19]) / _TICK
         resident = float(int(fields[21]) * _PAGE)
