@@ -668,6 +668,8 @@ def read_spec_file(path: str | Path) -> dict[str, Any]:
         raise SpecError(f"{file}: {problem}{where}", "fix the YAML syntax") from None
     except RecursionError:
         raise SpecError(f"{file}: nested too deeply") from None
+    except ValueError as exc:  # what the parser lets through (an escape past U+10FFFF)
+        raise SpecError(f"{file}: not valid YAML ({exc})", "fix the YAML syntax") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

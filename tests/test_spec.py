@@ -617,6 +617,7 @@ def _splice(text: str, at: int, junk: str) -> str:
 @given(YAML_TEXT)
 @example("resources: {memory: " + "9" * 400 + "TB}\n")
 @example("limits: {max_runtime: " + "9" * 400 + "}\n")
+@example('0: "\\U00110000')  # an escape past the last code point: the parser's ValueError
 def test_any_yaml_text_gives_a_spec_or_a_spec_error(yaml_dir: Path, text: str) -> None:
     path = yaml_dir / "job.yaml"
     path.write_text(text, encoding="utf-8")
