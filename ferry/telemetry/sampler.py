@@ -11,6 +11,8 @@ import contextlib
 import os
 from typing import Any
 
+from ferry.procs import boot_time, children, stat_fields
+
 
 class ProcessTreeSampler:
     """CPU %, resident memory and disk I/O of a process and everything below it, and the
@@ -87,8 +89,6 @@ Figures = tuple[float, float, float, tuple[float, float] | None]
 
 def _read_proc(pid: int) -> Figures | None:
     """A process's figures from /proc; None if it has gone."""
-    from ferry.procs import boot_time, stat_fields
-
     try:
         fields = stat_fields(pid)
         used = (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime
@@ -145,8 +145,6 @@ def _descendants(pid: int) -> list[int]:
     """The processes below ``pid``, from the kernel's per-task lists of children: a few
     small reads, where psutil's ``children()`` reads the status of every process on the
     machine (milliseconds, at each sample of every job)."""
-    from ferry.procs import children
-
     found: list[int] = []
     stack = children(pid)
     while stack:
