@@ -21,6 +21,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ferry.storage.watch import FolderWatch
 
 WORKDIR = "work"  # in the job folder: where attempts run
 STATE_FOLDER = ".ferry-workdir"  # in the job's checkpoint folder
@@ -35,14 +39,14 @@ POOL_MAX_BYTES = 256 << 20  # a bigger working folder is never kept
 
 def fresh_workdir(
     code: Path, work: Path, fill: Callable[[Path], object] | None = None
-) -> Files | None:
+) -> Given | None:
     """Replace ``work`` with a copy of the code snapshot ``code``, plus what ``fill`` puts
     in it. The folder is made under a temporary name and renamed only when complete, so a
     crash never leaves a working folder without its state.
 
     The copy is one kept by :func:`recycle` when there is one (see :class:`Pool`). Returns
-    what the copy held before ``fill``, for :func:`recycle`; None when it cannot be kept
-    (the snapshot is not a shared tree, or too big)."""
+    what the copy held before ``fill``, watched from then on, for :func:`recycle`; None
+    when it cannot be kept (the snapshot is not a shared tree, or too big)."""
     tmp = work.with_name(f".{work.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     if code.is_symlink() and not code.is_dir():
@@ -58,14 +62,15 @@ def fresh_workdir(
             tmp.mkdir(parents=True)
         if pool is not None:
             files = _files(tmp)[0]
-    if files is not None and sum(entry[3] for entry in files.values()) > POOL_MAX_BYTES:
-        files = None
+    given = None
+    if files is not None and sum(entry[3] for entry in files.values()) <= POOL_MAX_BYTES:
+        given = Given.watched(tmp, files)  # before fill: what it adds is a change
     if fill is not None:
         fill(tmp)
     if work.exists():
         shutil.rmtree(work)
     os.replace(tmp, work)
-    return files
+    return given
 
 
 # relative path -> (inode, change time, modification time, size, mode) of each file and
@@ -157,6 +162,47 @@ def _unchanged(folder: Path, before: Files) -> bool:
     return True
 
 
+@dataclass
+class Given:
+    """What a working folder held when its attempt started, and the kernel's watch on it
+    since (None where there is none: then every file is looked at when the job ends)."""
+
+    files: Files
+    inode: int  # the folder's own: it is renamed into place, and must still be there
+    watch: FolderWatch | None = None
+
+    @classmethod
+    def watched(cls, folder: Path, files: Files) -> Given:
+        from ferry.storage.watch import watch
+
+        folders = [name for name, entry in files.items() if stat.S_ISDIR(entry[4])]
+        return cls(files, os.lstat(folder).st_ino, watch(str(folder), folders))
+
+    def unchanged(self, folder: Path) -> bool:
+        """Whether ``folder`` (this one, wherever it is now) holds exactly what it held,
+        apart from Python caches, which are then removed (see :func:`_unchanged`)."""
+        watch, self.watch = self.watch, None
+        if watch is None:
+            return _unchanged(folder, self.files)
+        try:
+            if not watch.unchanged() or os.lstat(folder).st_ino != self.inode:
+                return False
+            for cache in watch.caches():
+                shutil.rmtree(folder / cache)
+        except OSError:
+            return False
+        return True
+
+    def close(self) -> None:
+        """Stop watching: the folder will not be kept."""
+        if self.watch is not None:
+            self.watch.close()
+            self.watch = None
+
+    def __del__(self) -> None:  # (an attempt that failed before its folder was looked at)
+        self.close()
+
+
 class Pool:
     """Clean working folders of one shared code tree (``code-store/work/<tree>/``).
 
@@ -166,7 +212,9 @@ class Pool:
     with the inode and change time it had: nothing written, renamed, added, removed or
     touched), the folder is kept for the next attempt of any job of the same tree, which
     takes it with a rename. A folder a job changed is never kept. Kept folders are removed
-    an hour after their last use, with the tree they copy (``CodeStore.prune``).
+    an hour after their last use, with the tree they copy (``CodeStore.prune``). The
+    kernel tells what a job did to its folder where it can (:mod:`ferry.storage.watch`);
+    elsewhere every entry is looked at when the job ends (:func:`_unchanged`).
     """
 
     def __init__(self, folder: Path) -> None:
@@ -205,9 +253,9 @@ class Pool:
             return _files(target)[0]
         return None
 
-    def give(self, work: Path, files: Files) -> bool:
-        """Keep ``work`` if it is unchanged since it was made with ``files``; returns
-        whether it was kept.
+    def give(self, work: Path, given: Given) -> bool:
+        """Keep ``work`` if it is unchanged since it was ``given``; returns whether it
+        was kept.
 
         A kept folder goes into one of ``POOL_SIZE`` places (``0``, ``1``...), then its
         listing is written beside it, over the last one in place: keeping a folder creates
@@ -220,7 +268,7 @@ class Pool:
             self.folder.mkdir(parents=True, exist_ok=True)
             names = set()
         free = [str(i) for i in range(POOL_SIZE) if str(i) not in names]
-        if not free or not _unchanged(work, files):
+        if not free or not given.unchanged(work):
             return False
         inode = os.lstat(work).st_ino
         for place in free:
@@ -231,7 +279,7 @@ class Pool:
                     continue
                 raise
             with contextlib.suppress(OSError):  # (without it, the folder is listed when taken)
-                (self.folder / (place + _LIST)).write_bytes(marshal.dumps((inode, files)))
+                (self.folder / (place + _LIST)).write_bytes(marshal.dumps((inode, given.files)))
             return True
         return False
 
@@ -239,17 +287,19 @@ class Pool:
 _LIST = ".files"  # beside a kept folder: what it holds (so taking it needs no look inside)
 
 
-def recycle(code: Path, work: Path, files: Files | None) -> bool:
+def recycle(code: Path, work: Path, given: Given | None) -> bool:
     """The job has ended: keep its working folder for the next attempt from the same
-    code if it holds just what it was given (see :class:`Pool`). Returns whether it was
-    kept; a working folder that was not stays where it is."""
-    pool = Pool.of(code) if files is not None else None
-    if pool is None or files is None or not work.is_dir():
+    code if it holds just what it was ``given`` (see :class:`Pool`). Returns whether it
+    was kept; a working folder that was not stays where it is."""
+    if given is None:
         return False
+    pool = Pool.of(code)
     try:
-        return pool.give(work, files)
+        return pool is not None and work.is_dir() and pool.give(work, given)
     except OSError:
         return False
+    finally:
+        given.close()
 
 
 def _copy(source: Path, target: Path, unchanged: tuple[int, int, int] | None = None) -> bool:
@@ -277,7 +327,7 @@ class WorkdirState:
     patterns: tuple[str, ...]
     code: Path  # the code snapshot each working folder starts as
     _inodes: dict[str, int] = field(default_factory=dict)  # each file's inode at the last look
-    _given: Files | None = None  # what the working folder held when the attempt started
+    _given: Given | None = None  # what the working folder held when the attempt started
 
     @property
     def folder(self) -> Path:

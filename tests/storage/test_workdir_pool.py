@@ -3,7 +3,9 @@ reused, and the attempt that takes it cannot tell it from a fresh copy."""
 
 from __future__ import annotations
 
+import mmap
 import os
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -91,17 +93,66 @@ def _empty_folder(work: Path) -> None:
     (work / "runs").mkdir()
 
 
-@pytest.mark.parametrize(
-    "change", [_write, _touch, _chmod, _add, _remove, _rename_back, _replace, _empty_folder]
-)
+def _mapped_write(work: Path) -> None:
+    """A write through a shared memory map: no write() call at all."""
+    with open(work / "pkg" / "model.py", "r+b") as file, mmap.mmap(file.fileno(), 0) as mem:
+        mem[0:1] = b"N"
+
+
+def _replace_folder(work: Path) -> None:
+    """The working folder moved away and another one, with the same files, put in its place."""
+    copy = work.with_name("copy")
+    shutil.copytree(work, copy, copy_function=shutil.copy2)
+    work.rename(work.with_name("moved"))
+    copy.rename(work)
+
+
+CHANGES = [
+    _write,
+    _touch,
+    _chmod,
+    _add,
+    _remove,
+    _rename_back,
+    _replace,
+    _empty_folder,
+    _mapped_write,
+    _replace_folder,
+]
+
+
+@pytest.mark.parametrize("watched", [True, False], ids=["watched", "file-by-file"])
+@pytest.mark.parametrize("change", CHANGES)
 def test_a_folder_a_job_changed_in_any_way_is_never_reused(
-    code: Path, tmp_path: Path, change: Callable[[Path], None]
+    code: Path, tmp_path: Path, change: Callable[[Path], None], watched: bool
 ) -> None:
+    """Both ways of telling: the kernel's watch (Linux), and looking at each file where
+    there is none."""
     work = tmp_path / "work"
     given = fresh_workdir(code, work)
+    assert given is not None
+    assert (given.watch is not None) == sys.platform.startswith("linux")
+    if not watched:
+        given.close()
     change(work)
     assert not recycle(code, work, given)
     assert work.is_dir() and pool_of(tmp_path) == []  # left where it was, for a look
+
+
+@pytest.mark.parametrize("watched", [True, False], ids=["watched", "file-by-file"])
+def test_a_folder_only_read_is_kept_either_way(code: Path, tmp_path: Path, watched: bool) -> None:
+    work = tmp_path / "work"
+    given = fresh_workdir(code, work)
+    assert given is not None
+    if not watched:
+        given.close()
+    for path in work.rglob("*"):
+        if path.is_file():
+            path.read_bytes()
+    os.listdir(work / "pkg")
+    (work / "pkg" / "__pycache__").mkdir()
+    assert recycle(code, work, given)
+    assert not (pool_of(tmp_path)[0] / "pkg" / "__pycache__").exists()
 
 
 @pytest.mark.parametrize("change", [_add, _remove, _rename_back])
@@ -125,6 +176,13 @@ def test_the_pool_holds_a_few_folders_per_tree(code: Path, tmp_path: Path) -> No
         made.append((work, fresh_workdir(code, work)))
     kept = [recycle(code, work, given) for work, given in made]
     assert kept == [True] * POOL_SIZE + [False, False]
+
+
+def test_a_change_in_one_folder_is_not_blamed_on_another(code: Path, tmp_path: Path) -> None:
+    """One watching instance serves the whole process: each event goes to its own folder."""
+    made = [(tmp_path / name, fresh_workdir(code, tmp_path / name)) for name in "abc"]
+    _write(made[1][0])
+    assert [recycle(code, work, given) for work, given in made] == [True, False, True]
 
 
 def test_keeping_a_folder_again_and_again_creates_and_removes_no_file(
