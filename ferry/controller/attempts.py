@@ -284,8 +284,8 @@ def _run_attempts(
                 if fetched:
                     store.add_event(job_id, f"checkpoints: {fetched} files fetched")
         try:  # a fresh working folder, as on a new machine, with the declared state back
-            restored = state.fresh()
-        except OSError as exc:
+            restored = _fresh(store, job, state)
+        except (OSError, FerryError) as exc:
             Path(attempt.log_path).write_text("")
             reason = f"cannot prepare the working folder {state.workdir}: {exc}"
             _end(store, job_id, attempt.number, AttemptStatus.FAILED, _S.FAILED, reason, None, sync)
@@ -492,6 +492,29 @@ def _run_attempts(
             continue
         if outcome != "preempted":  # capacity comes back at once here; errors wait a little
             _backoff(store, job_id, max(errors, retried, 1), control)
+
+
+def _fresh(store: Store, job: Job, state: WorkdirState) -> list[tuple[str, int]]:
+    """``state.fresh()``; again after a shared code snapshot found changed was built anew
+    from the job's code folder, when that still holds what was taken."""
+    from ferry.packaging.code_store import FOLDER, SnapshotChanged
+
+    try:
+        return state.fresh()
+    except SnapshotChanged as exc:
+        from ferry.packaging.snapshot import retake
+
+        home = config.ferry_home()
+        code = str(job.spec.get("code") or ".")
+        if not retake(code, state.code, home / FOLDER, skip=(home,)):
+            raise
+        kept = f"; the changed copy is in {exc.kept} for an hour" if exc.kept else ""
+        store.add_event(
+            job.id,
+            f"the shared code snapshot had been changed after it was taken ({exc.name}); "
+            f"taken again from {code}, which holds the same files as then{kept}",
+        )
+        return state.fresh()
 
 
 def _starting_point(

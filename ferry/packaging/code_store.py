@@ -21,6 +21,10 @@ a snapshot of a folder that did not change makes no folder and no link but that 
 tree has a companion symbolic link, ``trees/<key>.link``, and a job's ``code`` is a hard
 link to it: the companion's link count is the number of jobs using the tree, so a tree no
 job uses any more is found without looking at the jobs (and removed an hour later).
+What a tree holds is recorded beside it (``trees/<key>.files``) by the first snapshot that
+links it, after looking at its files; later snapshots trust a recorded tree, and
+:func:`copy_snapshot` checks it as it is read, so a tree written to through a job's link
+is never run.
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from ferry.errors import FerryError
+
 FOLDER = "code-store"  # under FERRY_HOME, beside the job folders (links need one file system)
 TREES = "trees"  # shared snapshots: a folder of links per set of files
 POOL = "work"  # clean working folders of each tree, for the next attempt (storage.workdir)
@@ -42,6 +48,11 @@ TREE_FOLDER_NS = 1_000_000_000  # a tree's folders' time (1970): any change of e
 RACY_NS = 1_000_000_000  # files modified this recently are copied, not kept (clock ticks)
 PRUNE_AFTER_S = 3600.0  # an unlinked entry or a crashed copy is removed after this long
 _PRUNED = "pruned"  # its modification time says when the store was last pruned
+RECORD = ".files"  # beside a tree: what it holds (trees/<key>.files), checked as it is read
+
+# What a tree holds: path -> (size, modification time, mode) of a file, a link's target, or
+# None for a folder.
+Record = dict[str, "tuple[int, int, int] | str | None"]
 
 
 def file_mode(st: os.stat_result) -> int:
@@ -84,20 +95,35 @@ def _read_write(source: int, copy: int) -> None:
             view = view[os.write(copy, view) :]
 
 
-def copy_tree(src: str | Path, target: str | Path) -> None:
+def copy_tree(
+    src: str | os.PathLike[str],
+    target: str | os.PathLike[str],
+    seen: Record | None = None,
+    rel: str = "",
+) -> None:
     """Copy the folder ``src`` to ``target`` (created): files as :func:`copy_file` does,
     symlinks as links. A fifth of the system calls of ``shutil.copytree``, which copies
-    extended attributes and stats each file several times."""
+    extended attributes and stats each file several times. With ``seen``, what was copied
+    is noted in it, as :func:`record` notes the files of a tree."""
     os.mkdir(target)
     with os.scandir(src) as entries:
         for entry in entries:
             path = os.path.join(target, entry.name)
+            name = f"{rel}/{entry.name}" if rel else entry.name
             if entry.is_symlink():
-                os.symlink(os.readlink(entry.path), path)
+                link = os.readlink(entry.path)
+                os.symlink(link, path)
+                if seen is not None:
+                    seen[name] = link
             elif entry.is_dir():
-                copy_tree(entry.path, path)
+                copy_tree(entry.path, path, seen, name)
+                if seen is not None:
+                    seen[name] = None
             else:
-                copy_file(entry.path, path, entry.stat(follow_symlinks=False))
+                st = entry.stat(follow_symlinks=False)
+                copy_file(entry.path, path, st)
+                if seen is not None:
+                    seen[name] = (st.st_size, st.st_mtime_ns, file_mode(st))
 
 
 class CodeStore:
@@ -167,7 +193,10 @@ class CodeStore:
                     raise
                 self._usable = False  # no hard links here
                 return None
-            if _intact(tree, files):
+            if os.path.exists(tree + RECORD):  # checked as it is read (copy_snapshot)
+                return linked
+            if _intact(tree, files):  # a tree new, or made before trees had records
+                _write_record(tree, files)
                 return linked
             # Written through a job's link: the jobs using it keep it as it is, and new
             # snapshots of these files are copies of their own until it has been pruned.
@@ -375,6 +404,94 @@ class CodeStore:
         except FileNotFoundError:
             return None
         return doomed
+
+
+class SnapshotChanged(FerryError):
+    """A shared snapshot was written to after it was taken (through some job's ``code``)."""
+
+    def __init__(self, tree: str, name: str, kept: str | None) -> None:
+        where = f"; it was set aside in {kept}" if kept else ""
+        super().__init__(
+            f"the job's code snapshot was changed after it was taken ({name} in {tree} is not "
+            f"as it was snapshotted: something wrote into it, perhaps through a job's code "
+            f"folder{where})",
+            "submit the job again: it gets a snapshot of its own",
+        )
+        self.tree = tree
+        self.name = name
+        self.kept = kept
+
+
+def record(files: list[tuple[str, os.stat_result]], root: str) -> Record:
+    """What a tree made of ``files`` (paths relative to ``root``, with their lstat) holds."""
+    held: Record = {}
+    for rel, st in files:
+        parent = rel.rpartition("/")[0]
+        while parent and parent not in held:
+            held[parent] = None
+            parent = parent.rpartition("/")[0]
+        if stat.S_ISLNK(st.st_mode):
+            held[rel] = os.readlink(os.path.join(root, rel))
+        else:
+            held[rel] = (st.st_size, st.st_mtime_ns, file_mode(st))
+    return held
+
+
+def _write_record(tree: str, files: list[tuple[str, os.stat_result]]) -> None:
+    import marshal
+
+    tmp = f"{tree}{RECORD}.{os.getpid()}-{os.urandom(4).hex()}"
+    try:
+        with open(tmp, "wb") as file:
+            file.write(marshal.dumps(record(files, tree)))
+        os.replace(tmp, tree + RECORD)
+    except OSError:  # (no record: the next snapshot looks at the tree's files again)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def copy_snapshot(snapshot: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
+    """Copy a job's code snapshot to ``target`` (created).
+
+    A shared tree is checked against its record (``trees/<key>.files``) as it is copied:
+    snapshots trust a recorded tree rather than look at each of its files again, so a tree
+    written to since (through some job's ``code``) is found here, and never run. It is
+    then set aside (into ``tmp/``, where it stays for an hour): the next snapshot of the
+    same files builds the tree anew, and the jobs linked to the old one see the new one.
+    Raises :class:`SnapshotChanged` then, with no ``target`` left (see
+    :func:`ferry.packaging.snapshot.retake`)."""
+    import marshal
+
+    tree = os.path.realpath(snapshot)
+    try:
+        with open(tree + RECORD, "rb") as file:
+            kept: Record | None = marshal.loads(file.read())
+    except (OSError, ValueError, EOFError, TypeError):  # none: a folder of its own, or a
+        kept = None  # tree made before records (looked at when snapshots linked it)
+    if kept is None:
+        copy_tree(tree, target)
+        return
+    seen: Record = {}
+    copy_tree(tree, target, seen)
+    if seen == kept:
+        return
+    shutil.rmtree(target, ignore_errors=True)
+    differs = sorted(n for n in seen.keys() | kept.keys() if seen.get(n, 0) != kept.get(n, 0))
+    raise SnapshotChanged(tree, differs[0], _set_aside_tree(tree))
+
+
+def _set_aside_tree(tree: str) -> str | None:
+    """Take a changed tree out of use; where it went (None if another process did it)."""
+    root = os.path.dirname(os.path.dirname(tree))
+    doomed = os.path.join(root, "tmp", f"changed-{os.path.basename(tree)}-{os.urandom(4).hex()}")
+    try:
+        os.rename(tree, doomed)
+    except FileNotFoundError:
+        return None
+    for note in (RECORD, ".link"):  # (jobs linked to it keep their link: it names the path)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tree + note)
+    return doomed
 
 
 def remembered(snapshot: str | os.PathLike[str], name: str, find: Callable[[], bool]) -> bool:

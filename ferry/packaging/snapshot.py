@@ -296,3 +296,28 @@ def snapshot_code(
     if kept is not None:
         kept.prune()
     return Snapshot(files=len(files), bytes=total, linked=linked)
+
+
+def retake(code: str | Path, snapshot: Path, store: Path, skip: tuple[Path, ...] = ()) -> bool:
+    """After :class:`~ferry.packaging.code_store.SnapshotChanged`: build the shared tree
+    ``snapshot`` links to anew from the code folder it was taken from, if that folder still
+    holds exactly the files it was taken from (each with the same identity). The job's
+    ``snapshot`` names the tree by its path, so it then finds the new tree. Returns whether
+    it was built."""
+    root = str(expand_home(code).absolute())
+    tree = os.path.realpath(snapshot)
+    try:
+        files, _ = _listed(root, {str(p.absolute()) for p in skip}, Path(store) / _LISTINGS)
+    except OSError:  # the code folder is gone
+        return False
+    kept = CodeStore(store)
+    key = kept.tree_key(root, files)
+    if key is None or key != os.path.basename(tree):  # changed since: not what was taken
+        return False
+    probe = snapshot.with_name(f".{snapshot.name}.retake-{os.getpid()}")
+    try:
+        built = kept.share(root, files, str(probe), key)
+        return built is not None and os.path.realpath(probe) == tree
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(probe)

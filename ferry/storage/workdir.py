@@ -55,9 +55,9 @@ def fresh_workdir(
     files = pool.take(tmp) if pool is not None else None
     if files is None:
         if code.is_dir():
-            from ferry.packaging.code_store import copy_tree
+            from ferry.packaging.code_store import copy_snapshot
 
-            copy_tree(code, tmp)
+            copy_snapshot(code, tmp)  # (checked as it is copied: nothing left if it fails)
         else:
             tmp.mkdir(parents=True)
         if pool is not None:

@@ -12,8 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from ferry.packaging.code_store import PRUNE_AFTER_S, CodeStore
-from ferry.packaging.snapshot import snapshot_code
+from ferry.packaging.code_store import (
+    PRUNE_AFTER_S,
+    RECORD,
+    CodeStore,
+    SnapshotChanged,
+    copy_snapshot,
+)
+from ferry.packaging.snapshot import retake, snapshot_code
 from tests.packaging.test_snapshot import copied, tree
 
 PAST_NS = 1_600_000_000 * 10**9  # a modification time long gone (2020): not "just written"
@@ -92,14 +98,6 @@ def test_editing_the_source_after_the_snapshot_leaves_the_job_copy(
     assert (tmp_path / "c" / "train.py").read_text() == "print('v9')\n"
 
 
-def test_an_entry_written_through_a_link_is_not_handed_out(src: Path, tmp_path: Path) -> None:
-    store = tmp_path / "store"
-    snap(src, tmp_path / "a", store)
-    (tmp_path / "a" / "train.py").write_text("print('mine')\n")  # through the link
-    assert snap(src, tmp_path / "b", store) == 2
-    assert (tmp_path / "b" / "train.py").read_text() == "print('v1')\n"
-
-
 def test_files_written_just_now_are_copied_every_time(tmp_path: Path) -> None:
     src, store = tmp_path / "src", tmp_path / "store"
     tree(src, {"fresh.py": "x = 1\n"})  # within one clock tick of another write
@@ -166,10 +164,9 @@ def test_prune_removes_unlinked_entries_and_crashed_copies(src: Path, tmp_path: 
     snap(src, tmp_path / "a", store)
     (store / "tmp" / "123-crashed").write_text("half")
     kept = CodeStore(store)
-    assert kept.prune(after=0) == 1  # the crashed copy; the entries are still linked
-    for path in (tmp_path / "a").rglob("*"):
-        if path.is_file():
-            path.unlink()
+    assert kept.prune(after=0) == 1  # the crashed copy; the tree is used, its entries linked
+    (tmp_path / "a").unlink()  # the job's snapshot gone: its tree is used no more
+    assert kept.prune(after=0) == 1  # the tree, which held the last links to the entries
     assert kept.prune(after=0) == 3  # no snapshot links them any more
     assert snap(src, tmp_path / "b", store) == 0
 
@@ -223,20 +220,75 @@ def test_an_unused_tree_is_pruned_and_a_used_one_kept(src: Path, tmp_path: Path)
     assert not any((store / "objects").rglob("*/*"))
 
 
-@pytest.mark.parametrize("write", ["train.py", "pkg/__pycache__/model.pyc", "out.txt"])
-def test_a_tree_written_through_a_job_is_never_shared_again(
-    src: Path, tmp_path: Path, write: str
+@pytest.mark.parametrize(
+    ("write", "named"),
+    [
+        ("train.py", "train.py"),
+        ("pkg/__pycache__/m.pyc", "pkg/__pycache__"),
+        ("out.txt", "out.txt"),
+    ],
+)
+def test_a_tree_written_through_a_job_is_found_when_read_and_taken_again(
+    src: Path, tmp_path: Path, write: str, named: str
 ) -> None:
+    """Snapshots trust a tree once its record is written; a copy made from it checks it.
+    A changed tree is set aside, and built again from the code folder, which still holds
+    what was taken: every job linked to it then sees the files as they were taken."""
     store = tmp_path / "store"
-    snapshot_code(src, tmp_path / "a" / "code", 10**9, store=store)
-    written = tmp_path / "a" / "code" / write  # into the tree, through a job's link
+    first, later = tmp_path / "a" / "code", tmp_path / "b" / "code"
+    snapshot_code(src, first, 10**9, store=store)
+    written = first / write  # into the tree, through a job's link
     written.parent.mkdir(exist_ok=True)
     written.write_text("changed\n")
+    snapshot_code(src, later, 10**9, store=store)
+    assert later.is_symlink()  # linked: the files are not looked at again
+    work = tmp_path / "work"
+    with pytest.raises(SnapshotChanged) as caught:
+        copy_snapshot(later, work)
+    assert caught.value.name == named and not work.exists()
+    assert caught.value.kept and (Path(caught.value.kept) / write).read_text() == "changed\n"
+    assert "submit the job again" in str(caught.value)
+    assert not first.exists()  # the tree is out of use
+    assert retake(src, later, store)
+    copy_snapshot(later, work)
+    assert copied(work) == copied(first) == {"train.py", "pkg/model.py", "data.txt"}
+    assert (first / "train.py").read_text() == "print('v1')\n"
+
+
+def test_a_tree_is_not_taken_again_from_a_code_folder_changed_since(
+    src: Path, tmp_path: Path
+) -> None:
+    store = tmp_path / "store"
+    code = tmp_path / "a" / "code"
+    snapshot_code(src, code, 10**9, store=store)
+    (code / "train.py").write_text("print('mine')\n")
+    (src / "train.py").write_text("print('v2')\n")  # the user went on editing
+    age(src / "train.py")
+    with pytest.raises(SnapshotChanged):
+        copy_snapshot(code, tmp_path / "work")
+    assert not retake(src, code, store)
+    assert not code.exists()  # the job cannot start: what it was given is gone
+
+
+def test_a_tree_made_before_records_is_looked_at_when_linked(src: Path, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    first = tmp_path / "a" / "code"
+    snapshot_code(src, first, 10**9, store=store)
+    record = Path(f"{os.path.realpath(first)}{RECORD}")
+    record.unlink()  # (as an older Ferry made it)
+    (first / "train.py").write_text("print('mine')\n")
     fresh = tmp_path / "b" / "code"
     snapshot_code(src, fresh, 10**9, store=store)
     assert not fresh.is_symlink()  # a copy of its own
-    assert copied(fresh) == {"train.py", "pkg/model.py", "data.txt"}
     assert (fresh / "train.py").read_text() == "print('v1')\n"
+    assert not record.exists()
+    other = tmp_path / "c" / "src"
+    shutil.copytree(src, other, copy_function=shutil.copy2)
+    snapshot_code(other, tmp_path / "c" / "code", 10**9, store=store)
+    made = Path(f"{os.path.realpath(tmp_path / 'c' / 'code')}{RECORD}")
+    Path(made).unlink()
+    snapshot_code(other, tmp_path / "d" / "code", 10**9, store=store)  # intact: recorded
+    assert made.exists()
 
 
 def test_the_listing_of_an_unchanged_folder_is_reused_and_any_change_is_seen(

@@ -231,3 +231,24 @@ def test_a_job_runs_in_a_kept_folder_as_in_a_fresh_copy(home: Path, project: Pat
     jobs = ferry_json("jobs")
     assert all(not (home / "jobs" / job["id"] / "work").exists() for job in jobs)
     assert len(list((home / "code-store" / "work").glob("*/*.files"))) == 1
+
+
+def test_a_job_from_a_snapshot_changed_under_it_runs_what_was_taken(
+    home: Path, project: Path
+) -> None:
+    """Someone edits a job's ``code`` folder, which is the tree every snapshot of the same
+    files shares: the next job made from it finds that out as its folder is copied, and
+    runs the files as they are in the code folder, unchanged since."""
+    script = "import os\nopen('out.txt', 'w').write('x')\nprint(open('train.py').read())\n"
+    tree(project, {**FILES, "show.py": script})
+    age(*(p for p in project.rglob("*") if p.is_file()), project / "pkg", project / "data")
+    first = ferry("run", "--", sys.executable, "show.py", cwd=project)  # (its folder changed:
+    assert first.returncode == 0, first.stderr  # not kept, so the next one copies the tree)
+    job = ferry_json("jobs")[0]["id"]
+    (home / "jobs" / job / "code" / "train.py").write_text("print('edited')\n")
+    second = ferry("run", "--", sys.executable, "show.py", cwd=project)
+    assert second.returncode == 0, second.stderr
+    assert "print('hi')" in second.stdout
+    latest = ferry_json("jobs")[0]["id"]
+    events = [e["message"] for e in ferry_json("status", latest)["events"]]
+    assert any("changed after it was taken (train.py)" in e for e in events), events
