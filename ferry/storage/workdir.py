@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from ferry.storage.watch import FolderWatch
@@ -52,7 +52,8 @@ def fresh_workdir(
     if code.is_symlink() and not code.is_dir():
         raise FileNotFoundError(f"the job's code snapshot is gone ({os.readlink(code)})")
     pool = Pool.of(code)
-    files = pool.take(tmp) if pool is not None else None
+    taken = pool.take(tmp) if pool is not None else None
+    files = taken.files if taken is not None else None
     if files is None:
         if code.is_dir():
             from ferry.packaging.code_store import copy_snapshot
@@ -64,7 +65,7 @@ def fresh_workdir(
             files = _files(tmp)[0]
     given = None
     if files is not None and sum(entry[3] for entry in files.values()) <= POOL_MAX_BYTES:
-        given = Given.watched(tmp, files)  # before fill: what it adds is a change
+        given = Given.watched(tmp, files, taken)  # before fill: what it adds is a change
     if fill is not None:
         fill(tmp)
     if work.exists():
@@ -170,19 +171,26 @@ class Given:
     files: Files
     inode: int  # the folder's own: it is renamed into place, and must still be there
     watch: FolderWatch | None = None
+    place: str | None = None  # where in the pool it was taken from
+    listing: tuple[int, int, int] | None = None  # its listing there, as read (Taken)
 
     @classmethod
-    def watched(cls, folder: Path, files: Files) -> Given:
+    def watched(cls, folder: Path, files: Files, taken: Taken | None = None) -> Given:
         from ferry.storage.watch import watch
 
         folders = [name for name, entry in files.items() if stat.S_ISDIR(entry[4])]
-        return cls(files, os.lstat(folder).st_ino, watch(str(folder), folders))
+        found = watch(str(folder), folders)
+        inode = os.lstat(folder).st_ino
+        if taken is None:
+            return cls(files, inode, found)
+        return cls(files, inode, found, taken.place, taken.listing)
 
     def unchanged(self, folder: Path) -> bool:
         """Whether ``folder`` (this one, wherever it is now) holds exactly what it held,
         apart from Python caches, which are then removed (see :func:`_unchanged`)."""
         watch, self.watch = self.watch, None
         if watch is None:
+            self.listing = None  # (the look notes folders' times in the listing: write it)
             return _unchanged(folder, self.files)
         try:
             if not watch.unchanged() or os.lstat(folder).st_ino != self.inode:
@@ -231,7 +239,7 @@ class Pool:
             return None
         return cls(tree.parent.parent / POOL / tree.name)
 
-    def take(self, target: Path) -> Files | None:
+    def take(self, target: Path) -> Taken | None:
         """Move a kept folder to ``target``; returns what it holds, or None when there is
         no folder to take."""
         try:
@@ -247,10 +255,12 @@ class Pool:
             # this folder's if it names this folder (else it is a listing being written
             # for the folder given back next, or one cut short)
             with contextlib.suppress(OSError, ValueError, EOFError, TypeError):
-                folder, files = marshal.loads((self.folder / (name + _LIST)).read_bytes())
+                with open(self.folder / (name + _LIST), "rb") as file:
+                    folder, files = marshal.loads(file.read())
+                    seen = os.fstat(file.fileno())
                 if folder == os.lstat(target).st_ino and isinstance(files, dict):
-                    return files
-            return _files(target)[0]
+                    return Taken(files, name, (seen.st_ino, seen.st_size, seen.st_mtime_ns))
+            return Taken(_files(target)[0], name, None)
         return None
 
     def give(self, work: Path, given: Given) -> bool:
@@ -261,13 +271,17 @@ class Pool:
         listing is written beside it, over the last one in place: keeping a folder creates
         and removes no file (each costs more than writing a small one). The listing names
         the folder's inode, so a job that takes the folder before its listing is written
-        lists the folder itself."""
+        lists the folder itself. A folder that goes back to the place it came from, whose
+        listing there was not written over meanwhile, needs none written."""
         try:
             names = set(os.listdir(self.folder))
         except FileNotFoundError:
             self.folder.mkdir(parents=True, exist_ok=True)
             names = set()
         free = [str(i) for i in range(POOL_SIZE) if str(i) not in names]
+        if given.place in free:  # back where it came from: its listing may be there still
+            free.remove(given.place)
+            free.insert(0, given.place)
         if not free or not given.unchanged(work):
             return False
         inode = os.lstat(work).st_ino
@@ -278,10 +292,24 @@ class Pool:
                 if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
                     continue
                 raise
+            listing = self.folder / (place + _LIST)
             with contextlib.suppress(OSError):  # (without it, the folder is listed when taken)
-                (self.folder / (place + _LIST)).write_bytes(marshal.dumps((inode, given.files)))
+                if place == given.place and given.listing is not None:
+                    seen = os.stat(listing)  # not written over since it was read: still ours
+                    if (seen.st_ino, seen.st_size, seen.st_mtime_ns) == given.listing:
+                        return True
+                listing.write_bytes(marshal.dumps((inode, given.files)))
             return True
         return False
+
+
+class Taken(NamedTuple):
+    """A folder taken from the pool: what it holds, the place it was kept in, and the
+    state of its listing there when read (None when it was listed anew)."""
+
+    files: Files
+    place: str
+    listing: tuple[int, int, int] | None
 
 
 _LIST = ".files"  # beside a kept folder: what it holds (so taking it needs no look inside)
