@@ -509,10 +509,11 @@ def _fresh(store: Store, job: Job, state: WorkdirState) -> list[tuple[str, int]]
         if not retake(code, state.code, home / FOLDER, skip=(home,)):
             raise
         kept = f"; the changed copy is in {exc.kept} for an hour" if exc.kept else ""
+        what = f"had been changed after it was taken ({exc.name})" if exc.name else "was gone"
         store.add_event(
             job.id,
-            f"the shared code snapshot had been changed after it was taken ({exc.name}); "
-            f"taken again from {code}, which holds the same files as then{kept}",
+            f"the shared code snapshot {what}; taken again from {code}, which holds the same "
+            f"files as then{kept}",
         )
         return state.fresh()
 

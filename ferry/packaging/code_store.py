@@ -193,6 +193,15 @@ class CodeStore:
                     raise
                 self._usable = False  # no hard links here
                 return None
+            if not os.path.isdir(tree):  # set aside (found changed): build it again, and
+                os.unlink(dest)  # keep its companion, which counts the jobs using it
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tree + RECORD)  # (one left behind)
+                built = self._build(root, files, tree)
+                if built is None:
+                    return None
+                linked = built
+                continue
             if os.path.exists(tree + RECORD):  # checked as it is read (copy_snapshot)
                 return linked
             if _intact(tree, files):  # a tree new, or made before trees had records
@@ -349,9 +358,13 @@ class CodeStore:
         with contextlib.suppress(FileNotFoundError), os.scandir(trees) as entries:
             for entry in list(entries):
                 if not entry.is_dir(follow_symlinks=False):
-                    tree, _, kind = entry.path.rpartition(".")
-                    if kind != "link" and not os.path.isdir(tree):  # a removed tree's note
-                        with contextlib.suppress(FileNotFoundError):
+                    key, _, kind = entry.name.partition(".")  # (kind: "link", "files"...)
+                    if os.path.isdir(os.path.join(trees, key)):
+                        continue  # (its notes, and those being written: "files.<tmp>")
+                    # a removed tree's note, or the companion of one set aside and not built
+                    # again, once no job uses it
+                    with contextlib.suppress(FileNotFoundError):
+                        if kind != "link" or _unused(entry.path, now, after):
                             os.unlink(entry.path)
                     continue
                 try:  # the companion's link count: its own name, plus one per job
@@ -407,16 +420,20 @@ class CodeStore:
 
 
 class SnapshotChanged(FerryError):
-    """A shared snapshot was written to after it was taken (through some job's ``code``)."""
+    """A shared snapshot was written to after it was taken (through some job's ``code``),
+    or is gone: set aside so, or pruned (``name`` None)."""
 
-    def __init__(self, tree: str, name: str, kept: str | None) -> None:
-        where = f"; it was set aside in {kept}" if kept else ""
-        super().__init__(
-            f"the job's code snapshot was changed after it was taken ({name} in {tree} is not "
-            f"as it was snapshotted: something wrote into it, perhaps through a job's code "
-            f"folder{where})",
-            "submit the job again: it gets a snapshot of its own",
-        )
+    def __init__(self, tree: str, name: str | None, kept: str | None) -> None:
+        if name is None:
+            message = f"the job's code snapshot is gone ({tree} was set aside or removed)"
+        else:
+            where = f"; it was set aside in {kept}" if kept else ""
+            message = (
+                f"the job's code snapshot was changed after it was taken ({name} in {tree} is "
+                f"not as it was snapshotted: something wrote into it, perhaps through a job's "
+                f"code folder{where})"
+            )
+        super().__init__(message, "submit the job again: it gets a snapshot of its own")
         self.tree = tree
         self.name = name
         self.kept = kept
@@ -456,13 +473,20 @@ def copy_snapshot(snapshot: str | os.PathLike[str], target: str | os.PathLike[st
     A shared tree is checked against its record (``trees/<key>.files``) as it is copied:
     snapshots trust a recorded tree rather than look at each of its files again, so a tree
     written to since (through some job's ``code``) is found here, and never run. It is
-    then set aside (into ``tmp/``, where it stays for an hour): the next snapshot of the
-    same files builds the tree anew, and the jobs linked to the old one see the new one.
-    Raises :class:`SnapshotChanged` then, with no ``target`` left (see
+    then set aside (into ``tmp/``, where it stays for an hour) and its record dropped: the
+    next snapshot of the same files builds the tree again in its place, and the jobs
+    linked to it (through its companion, which stays) find the new one. Raises
+    :class:`SnapshotChanged` then, with no ``target`` left, and when the tree is gone (see
     :func:`ferry.packaging.snapshot.retake`)."""
     import marshal
 
     tree = os.path.realpath(snapshot)
+    try:
+        folder = os.stat(tree)
+    except FileNotFoundError:
+        if os.path.islink(snapshot):  # a tree set aside (or pruned) under the job
+            raise SnapshotChanged(tree, None, None) from None
+        raise
     try:
         with open(tree + RECORD, "rb") as file:
             kept: Record | None = marshal.loads(file.read())
@@ -477,20 +501,23 @@ def copy_snapshot(snapshot: str | os.PathLike[str], target: str | os.PathLike[st
         return
     shutil.rmtree(target, ignore_errors=True)
     differs = sorted(n for n in seen.keys() | kept.keys() if seen.get(n, 0) != kept.get(n, 0))
-    raise SnapshotChanged(tree, differs[0], _set_aside_tree(tree))
+    raise SnapshotChanged(tree, differs[0], _set_aside_tree(tree, folder.st_ino))
 
 
-def _set_aside_tree(tree: str) -> str | None:
-    """Take a changed tree out of use; where it went (None if another process did it)."""
+def _set_aside_tree(tree: str, inode: int) -> str | None:
+    """Take the changed tree (the folder ``inode``) out of use: its record first (no
+    snapshot trusts it from then on), then the folder; where it went, or None when it is
+    no longer there (set aside by another process, and perhaps built again already)."""
     root = os.path.dirname(os.path.dirname(tree))
     doomed = os.path.join(root, "tmp", f"changed-{os.path.basename(tree)}-{os.urandom(4).hex()}")
     try:
+        if os.lstat(tree).st_ino != inode:
+            return None
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tree + RECORD)
         os.rename(tree, doomed)
     except FileNotFoundError:
         return None
-    for note in (RECORD, ".link"):  # (jobs linked to it keep their link: it names the path)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tree + note)
     return doomed
 
 
@@ -542,6 +569,12 @@ def _intact(tree: str, files: list[tuple[str, os.stat_result]]) -> bool:
         return all(os.stat(folder).st_mtime_ns == TREE_FOLDER_NS for folder in folders)
     except OSError:
         return False
+
+
+def _unused(companion: str, now: float, after: float) -> bool:
+    """Whether no job has used the tree of ``companion`` for ``after`` seconds."""
+    st = os.lstat(companion)
+    return st.st_nlink == 1 and now - st.st_ctime >= after
 
 
 def _older(path: str, now: float, after: float) -> bool:

@@ -317,7 +317,7 @@ def retake(code: str | Path, snapshot: Path, store: Path, skip: tuple[Path, ...]
     probe = snapshot.with_name(f".{snapshot.name}.retake-{os.getpid()}")
     try:
         built = kept.share(root, files, str(probe), key)
-        return built is not None and os.path.realpath(probe) == tree
+        return built is not None and os.path.realpath(probe) == tree and os.path.isdir(tree)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(probe)

@@ -6,9 +6,12 @@ every file's times when the job ends costs one per file, and the working folder 
 200-file project is checked as every job from it ends (:class:`ferry.storage.workdir.Pool`).
 The watch reports every change made through the folder: a write, or a file opened for
 writing and closed (so a write through a shared memory map shows too), a change of mode,
-times or owner, an entry created, removed or renamed. What it cannot see is a write made
-through a hard link to one of the files from a folder outside (which the job would have to
-make first): the file-by-file check, which compares change times, would.
+times or owner, an entry created, removed or renamed. What it cannot see is a write through
+a second name: a hard link to one of the files made in a folder it does not watch (outside,
+or in a ``__pycache__`` folder, whose contents are dropped anyway), written through and
+perhaps removed again. Making the link is not reported to the folder's watch either. A job
+would have to do that on purpose; the file-by-file check, which compares change times,
+would see it.
 
 One inotify instance serves a process for its whole life, and each watch is removed on its
 own: closing an instance waits for the kernel's grace period (up to 20 ms here), far longer
@@ -71,8 +74,8 @@ class FolderWatch:
         """Whether nothing changed in the folder since the watch began, apart from the
         folder itself being renamed and Python caches (``__pycache__`` folders) made in
         it, which :meth:`caches` names. Ends the watch."""
-        if not self._folders:
-            return False  # (ended already: no longer known)
+        if not self._folders or self._kernel.pid != os.getpid():
+            return False  # (ended already, or a forked child's: no longer known)
         self._kernel.read()
         self.close()
         return not self._changed
@@ -117,7 +120,8 @@ class _Inotify:
             path = prefix + rel.encode("utf-8", "surrogateescape") if rel else prefix[:-1]
             wd = add(self.fd, path, _MASK)
             if wd < 0 or wd in folders or wd in self.owners:  # (a folder watched already)
-                self.remove({w: r for w, r in folders.items() if w != wd})
+                mine = wd >= 0 and wd not in self.owners  # (reached twice: a bind mount)
+                self.remove({w: r for w, r in folders.items() if mine or w != wd})
                 return None
             folders[wd] = rel
         found = FolderWatch(self, folders)
@@ -140,6 +144,8 @@ class _Inotify:
             except OSError:  # (cannot happen on a good descriptor): every watch changed
                 for every in list(self.owners.values()):
                     every._changed = True
+                return
+            if not data:  # (never, on an inotify descriptor)
                 return
             offset = 0
             while offset < len(data):

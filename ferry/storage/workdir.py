@@ -49,13 +49,11 @@ def fresh_workdir(
     when it cannot be kept (the snapshot is not a shared tree, or too big)."""
     tmp = work.with_name(f".{work.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    if code.is_symlink() and not code.is_dir():
-        raise FileNotFoundError(f"the job's code snapshot is gone ({os.readlink(code)})")
     pool = Pool.of(code)
     taken = pool.take(tmp) if pool is not None else None
     files = taken.files if taken is not None else None
     if files is None:
-        if code.is_dir():
+        if code.is_dir() or code.is_symlink():
             from ferry.packaging.code_store import copy_snapshot
 
             copy_snapshot(code, tmp)  # (checked as it is copied: nothing left if it fails)

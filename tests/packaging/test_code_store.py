@@ -253,6 +253,27 @@ def test_a_tree_written_through_a_job_is_found_when_read_and_taken_again(
     copy_snapshot(later, work)
     assert copied(work) == copied(first) == {"train.py", "pkg/model.py", "data.txt"}
     assert (first / "train.py").read_text() == "print('v1')\n"
+    companion = Path(f"{os.path.realpath(first)}.link")
+    assert companion.lstat().st_nlink == 3  # the jobs on the old tree count on the new one
+    CodeStore(store).prune(after=0)
+    assert (later / "train.py").read_text() == "print('v1')\n"  # (used: not pruned)
+
+
+def test_a_job_whose_tree_is_gone_has_it_built_again(src: Path, tmp_path: Path) -> None:
+    """A job linked to a tree that another job found changed and set aside (its new tree
+    not built yet, or built and pruned since) copies nothing it should not: it asks for
+    the tree to be built again."""
+    store = tmp_path / "store"
+    code = tmp_path / "a" / "code"
+    snapshot_code(src, code, 10**9, store=store)
+    tree = os.path.realpath(code)
+    os.rename(tree, tmp_path / "elsewhere")
+    with pytest.raises(SnapshotChanged, match="snapshot is gone") as caught:
+        copy_snapshot(code, tmp_path / "work")
+    assert caught.value.name is None and not (tmp_path / "work").exists()
+    assert retake(src, code, store)
+    copy_snapshot(code, tmp_path / "work")
+    assert copied(tmp_path / "work") == {"train.py", "pkg/model.py", "data.txt"}
 
 
 def test_a_tree_is_not_taken_again_from_a_code_folder_changed_since(
@@ -268,6 +289,12 @@ def test_a_tree_is_not_taken_again_from_a_code_folder_changed_since(
         copy_snapshot(code, tmp_path / "work")
     assert not retake(src, code, store)
     assert not code.exists()  # the job cannot start: what it was given is gone
+    companion = Path(f"{os.path.realpath(code)}.link")
+    CodeStore(store).prune(after=0)
+    assert companion.is_symlink()  # the job still counts on it
+    code.unlink()  # its job folder removed
+    CodeStore(store).prune(after=0)
+    assert not companion.is_symlink()
 
 
 def test_a_tree_made_before_records_is_looked_at_when_linked(src: Path, tmp_path: Path) -> None:

@@ -255,3 +255,16 @@ def test_a_job_from_a_snapshot_changed_under_it_runs_what_was_taken(
     latest = ferry_json("jobs")[0]["id"]
     events = [e["message"] for e in ferry_json("status", latest)["events"]]
     assert any("changed after it was taken (train.py)" in e for e in events), events
+
+
+def test_a_watch_inherited_by_a_forked_process_tells_nothing(code: Path, tmp_path: Path) -> None:
+    """A supervisor forks others; their copy of a watch reads a descriptor number the fork
+    closed (and may have reused): it must not be taken as the folder unchanged."""
+    work = tmp_path / "work"
+    given = fresh_workdir(code, work)
+    assert given is not None and given.watch is not None
+    pid = os.fork()
+    if pid == 0:  # (the child answers through its exit code)
+        os._exit(0 if given.watch.unchanged() is False else 1)
+    assert os.waitpid(pid, 0)[1] == 0
+    assert recycle(code, work, given)  # the parent's watch is untouched
