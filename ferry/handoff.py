@@ -30,6 +30,10 @@ import select
 import socket
 import time
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ferry.storage.watch import FolderWatch
 
 REPLY_TIMEOUT_S = 1.0  # an idle supervisor answers in microseconds; one that does not is stuck
 GO_TIMEOUT_S = 10.0  # how long a supervisor that said ready waits for the go
@@ -166,34 +170,47 @@ def _take(conn: socket.socket, stopped: Callable[[], bool]) -> str | None:
 
 
 _own: dict[str, tuple[int, int]] | None = None  # Ferry's files this process runs, as loaded
+_watching: FolderWatch | None = None  # the kernel's watch on their folders, where there is one
 
 
 def _current() -> bool:
     """Whether the Ferry this process runs is what is installed: none of its files changed
-    since Ferry was imported (an upgrade, an edit of a checkout), as the launcher checks."""
-    global _own
+    since Ferry was imported (an upgrade, an edit of a checkout), as the launcher checks.
+    Once the files were looked at, the kernel's watch on their folders says so (a
+    supervisor asks at every job handed to it); without one, each file is looked at."""
+    global _own, _watching
     if _own is not None:
+        if _watching is not None and _watching.quiet():
+            return True
         from ferry.launcher import files_changed
 
         return not files_changed(_own)
     import sys
 
     import ferry
+    from ferry.storage.watch import watch
 
     package = os.path.dirname(os.path.abspath(ferry.__file__)) + os.sep
     since = ferry._imported_ns - 50_000_000  # (file times lag the clock by up to a tick)
+    loaded = [
+        path
+        for module in list(sys.modules.values())
+        if isinstance(path := getattr(module, "__file__", None), str) and path.startswith(package)
+    ]
+    folders = {os.path.dirname(path)[len(package) :] for path in loaded} - {""}
+    watching = watch(package[:-1], sorted(folders))  # (before the look: nothing slips by)
     own: dict[str, tuple[int, int]] = {}
-    for module in list(sys.modules.values()):
-        loaded = getattr(module, "__file__", None)
-        if isinstance(loaded, str) and loaded.startswith(package):
-            try:
-                st = os.stat(loaded)
-            except OSError:
-                return False
-            if st.st_mtime_ns >= since:  # changed after it may have been imported
-                return False
-            own[loaded] = (st.st_mtime_ns, st.st_size)
-    _own = own
+    for path in loaded:
+        try:
+            st = os.stat(path)
+        except OSError:
+            st = None
+        if st is None or st.st_mtime_ns >= since:  # gone, or changed after it was imported
+            if watching is not None:
+                watching.close()
+            return False
+        own[path] = (st.st_mtime_ns, st.st_size)
+    _own, _watching = own, watching
     return True
 
 

@@ -80,6 +80,14 @@ class FolderWatch:
         self.close()
         return not self._changed
 
+    def quiet(self) -> bool:
+        """Whether nothing has changed in the folder since the watch began (as
+        :meth:`unchanged`), watching on."""
+        if not self._folders or self._kernel.pid != os.getpid():
+            return False
+        self._kernel.read()
+        return not self._changed
+
     def caches(self) -> list[str]:
         """The ``__pycache__`` folders made in the folder (paths relative to it)."""
         return list(self._caches)
