@@ -38,6 +38,10 @@ _RECORD_FIELDS = frozenset(
     {"lineno", "line", "levelno", "process", "pid", "thread", "tid", "created", "msecs"}
     | {"relativeCreated", "timestamp", "time", "ts", "elapsed"}
 )
+# `CUDA_VISIBLE_DEVICES=0`, `OMP_NUM_THREADS=1`, `RANK=0`: environment variables a script
+# shows while it sets up (capitals joined by underscores), not measurements; `MSE=0.24` and
+# `F1=0.8` stay metrics
+_ENV_NAME = re.compile(r"[A-Z][A-Z0-9]*_[A-Z0-9_]*|RANK")
 # `Namespace(lr=0.001, seed=42)`: settings shown as a Python repr, not measurements
 _REPR = re.compile(r"\b[A-Za-z_]\w*\([^()]*=[^()]*\)")
 _PROBLEM_LEVELS = frozenset({"warn", "warning", "error", "critical", "fatal"})
@@ -78,6 +82,8 @@ def parse_line(
                     metrics[str(key)] = float(value)
     elif not is_warning_line(text):
         for match in _PAIR.finditer(_REPR.sub(" ", text)):
+            if _ENV_NAME.fullmatch(match.group(1)):
+                continue
             metrics[match.group(1)] = float(match.group(2))
             if match.group(3) and match.group(1) in _STEP_NAMES:  # epoch=3/20: 20 in all
                 metrics[STEPS_TOTAL] = float(match.group(3))

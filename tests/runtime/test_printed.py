@@ -95,3 +95,11 @@ def test_settings_shown_as_a_repr_and_logger_bookkeeping_are_not_metrics() -> No
     record = '{"levelname": "INFO", "lineno": 88, "process": 4242, "created": 1.7e9, "loss": 0.5}'
     assert metrics(record) == {"loss": 0.5}
     assert metrics('{"lineno": 3, "loss": 0.5}') == {"lineno": 3.0, "loss": 0.5}  # not a record
+
+
+def test_environment_variables_a_script_shows_are_not_metrics() -> None:
+    # a training script's setup line, as one printed it on an H200
+    assert metrics("device NVIDIA H200 CUDA_VISIBLE_DEVICES=0") == {}
+    assert metrics("RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 OMP_NUM_THREADS=1 loss=0.5") == {"loss": 0.5}
+    # short capitals are metric names
+    assert metrics("MSE=0.24 F1=0.8 AUC=0.91") == {"MSE": 0.24, "F1": 0.8, "AUC": 0.91}
