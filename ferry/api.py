@@ -70,7 +70,7 @@ class Job:
     def exit_code(self) -> int | None:
         """The exit code of the last attempt, as a shell shows it: 128+N when signal N ended
         it (``signal`` names it)."""
-        from ferry.controller.jobs import shell_code
+        from ferry.status import shell_code
 
         code = self.record.exit_code
         return None if code is None else shell_code(code)
@@ -78,7 +78,7 @@ class Job:
     @property
     def signal(self) -> str | None:
         """The signal that ended the last attempt (``'SIGTERM'``), or None if it exited."""
-        from ferry.controller.jobs import signal_name
+        from ferry.status import signal_name
 
         return signal_name(self.record.exit_code)
 

@@ -6,6 +6,7 @@ the store, which moves a job only along :data:`TRANSITIONS` (``Store.transition`
 
 from __future__ import annotations
 
+import signal
 from enum import Enum
 
 
@@ -79,3 +80,39 @@ class AttemptStatus(str, Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+# ---------------------------------------------------------------------------------------
+# Exit codes
+
+
+def shell_code(code: int) -> int:
+    """An exit status as a shell shows it: 128+N for a death by signal N.
+
+    The store keeps what the process reported (``-N`` for signal N); everything a person or a
+    script sees goes through here, so ``ferry status``, ``--json``, ``ferry wait`` and the
+    Python API all say 143 for a job ended by SIGTERM.
+    """
+    return 128 - code if code < 0 else code
+
+
+def signal_name(code: int | None) -> str | None:
+    """``'SIGTERM'`` for a stored death by signal (``-15``); None for an exit of its own."""
+    if code is None or code >= 0:
+        return None
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+def describe_exit(code: int) -> str:
+    """``'exit code 3'``, or ``'exit code 143 (SIGTERM)'`` for a death by signal."""
+    name = signal_name(code)
+    return f"exit code {shell_code(code)}" + (f" ({name})" if name else "")
+
+
+def exit_fields(code: int | None) -> dict[str, int | str | None]:
+    """The ``exit_code`` (128+N for signal N) and ``signal`` (its name, or None) of --json
+    output and of the Python API."""
+    return {"exit_code": None if code is None else shell_code(code), "signal": signal_name(code)}

@@ -143,7 +143,7 @@ def eprint(*args: object) -> None:
 def job_json(job: Job) -> dict[str, Any]:
     """A job as JSON for --json output (no secret values are ever stored); ``exit_code`` is
     128+N for a death by signal N, whose name is in ``signal``."""
-    from ferry.controller.jobs import exit_fields
+    from ferry.status import exit_fields
 
     return {
         "id": job.id,
@@ -158,5 +158,11 @@ def job_json(job: Job) -> dict[str, Any]:
         "reason": job.reason,
         "outputs": job.outputs,
         "allocation": job.allocation.to_json(),
+        # what its attempts used of retries.on_preemption, on_error and on_exit_codes
+        "retries_used": {
+            "preemptions": job.preemptions,
+            "on_error": job.retries,
+            "on_exit_codes": job.code_retries,
+        },
         "spec": job.spec,
     }

@@ -19,7 +19,7 @@ from ferry.cli._common import (
     runtime,
     store_now,
 )
-from ferry.controller.jobs import describe_exit, exit_fields, shell_code, signal_name
+from ferry.status import describe_exit, exit_fields, shell_code, signal_name
 from ferry.telemetry import ALERT_PREFIX, is_alert
 from ferry.units import format_usd
 

@@ -15,7 +15,6 @@ from ferry.controller.jobs import (
     LAUNCH_FILE,
     cancel,
     derive_name,
-    describe_exit,
     exit_status,
     jobs_root,
     preempt,
@@ -24,6 +23,7 @@ from ferry.controller.jobs import (
     submit,
     supervisor_alive,
 )
+from ferry.status import describe_exit
 
 if TYPE_CHECKING:
     from ferry.controller.attempts import STAGING_FILE, Control, supervise

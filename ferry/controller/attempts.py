@@ -22,15 +22,14 @@ from ferry.controller.budget import CostCap, attempts_so_far_cost
 from ferry.controller.jobs import (
     _S,
     _finish_job,
-    describe_exit,
-    shell_code,
     submitted_env,
     take_preempt_request,
 )
 from ferry.controller.observe import Observer
+from ferry.controller.policy import Counter, Ended, History, Limits, Outcome, decide
 from ferry.errors import FerryError, TransitionError
 from ferry.procs import hostname, start_time
-from ferry.status import AttemptStatus, JobStatus
+from ferry.status import AttemptStatus, JobStatus, describe_exit
 from ferry.store import Job, Store, open_store
 from ferry.units import format_duration
 
@@ -212,16 +211,12 @@ def _run_attempts(
     spec = job.spec
     sync = OutputSync.for_outputs(job.outputs, Path(job.job_dir))
     dirs = JobDirs.under(str(sync.local))
-    limits, retries = spec.get("limits") or {}, spec.get("retries") or {}
+    limits = Limits.of(spec.get("retries"))
+    caps = spec.get("limits") or {}
     grace = float(
-        limits["stop_grace"]
-        if limits.get("stop_grace") is not None
-        else config.get("local.stop_grace")
+        caps["stop_grace"] if caps.get("stop_grace") is not None else config.get("local.stop_grace")
     )
-    max_runtime = limits.get("max_runtime")
-    retries_left = int(retries.get("on_error", 0))
-    preemptions_allowed = int(retries.get("on_preemption", 20))
-    retried_codes = set(retries.get("on_exit_codes") or ())
+    max_runtime = caps.get("max_runtime")
     preempt_every = (spec.get("simulate") or {}).get("preempt_every")
     contract = spec.get("contract", "ferry")
     opt_ml = Path(job.job_dir) / "opt_ml"
@@ -240,7 +235,6 @@ def _run_attempts(
     except OSError as exc:
         _finish_job(store, job_id, _S.FAILED, f"cannot create outputs in {sync.local}: {exc}")
         return True
-    errors = retried = 0
     while True:
         job = store.get_job(job_id)  # (a cancel may have come while it got ready)
         if job.status is _S.CANCELLING:
@@ -250,7 +244,7 @@ def _run_attempts(
         if job.status.is_terminal():  # declared lost while this supervisor was starting
             return False
         price = float(config.get("local.price_hour"))
-        max_cost = limits.get("max_cost")
+        max_cost = caps.get("max_cost")
         spent = attempts_so_far_cost(store, job_id) if max_cost else 0.0
         if max_cost and spent + price * grace / 3600 >= max_cost:
             reason = f"budget reached: {max_cost:.2f} USD"  # spent by the earlier attempts
@@ -404,39 +398,7 @@ def _run_attempts(
         if outcome == "abandoned":
             _abandon(store, job_id, attempt.number, running)
             return False
-        marker = sagemaker.failure_text(failure_file)
-        resume = False  # a preempted attempt within retries.on_preemption
-        if outcome == "exited" and marker:  # the script said why it failed, as on SageMaker
-            where = "/opt/ml/output/failure" if contract == "sagemaker" else "FERRY_FAILURE_FILE"
-            reason = f"{marker} (from {where}; {describe_exit(code)})"
-            ending = (AttemptStatus.FAILED, _S.FAILED, reason)
-        elif outcome == "exited" and code == 0:
-            ending = (AttemptStatus.SUCCEEDED, _S.SUCCEEDED, "exit code 0")
-        elif outcome == "cancelled":
-            ending = (AttemptStatus.CANCELLED, _S.CANCELLED, "cancelled")
-        elif outcome == "timeout":
-            reason = f"max_runtime {format_duration(max_runtime or 0)} reached"
-            ending = (AttemptStatus.TIMED_OUT, _S.FAILED, reason)
-        elif outcome == "preempted":
-            used = 1 + sum(
-                a.status in (AttemptStatus.PREEMPTED, AttemptStatus.LOST)
-                for a in store.attempts(job_id)
-                if a.number != attempt.number
-            )
-            reason = f"preempted ({observer.preempted_by}); {used} of {preemptions_allowed}"
-            resume = used <= preemptions_allowed
-            if not resume:
-                reason = f"preempted {used} times (retries.on_preemption is {preemptions_allowed})"
-            ending = (AttemptStatus.PREEMPTED, _S.FAILED, reason)
-        elif outcome == "budget":
-            ending = (AttemptStatus.FAILED, _S.FAILED, cap.reason())
-        elif outcome == "monthly":
-            reason = f"monthly budget reached: {config.get('budget.monthly') or 0:.2f} USD"
-            ending = (AttemptStatus.FAILED, _S.FAILED, reason)
-        elif outcome == "alert" and observer.stopped_by:
-            reason = f"stopped on alert: {observer.stopped_by.message}"
-            ending = (AttemptStatus.FAILED, _S.FAILED, reason)
-        elif outcome == "stopped":  # a shutdown or reboot: the job resumes afterwards
+        if outcome == "stopped":  # a shutdown or reboot: the job resumes afterwards
             reason = f"its supervisor was stopped by {signal.Signals(control.terminated).name}"
             store.update_attempt(
                 job_id,
@@ -456,42 +418,91 @@ def _run_attempts(
             with contextlib.suppress(Exception):
                 sync.sync(("checkpoints",))
             return False
-        else:
-            reason = _failure_reason(code, running.tail(defaults.REASON_LOG_LINES), running._killed)
-            ending = (AttemptStatus.FAILED, _S.FAILED, reason)
-        failed_exit = ending[0] is AttemptStatus.FAILED and outcome == "exited"
-        if outcome == "preempted" and resume:
-            why = f"{reason}; starting attempt {attempt.number + 1}"
-        elif failed_exit and shell_code(code) in retried_codes and not marker:
-            retried += 1
-            if retried > MAX_CODE_RETRIES:
-                reason = f"{reason}; retried {MAX_CODE_RETRIES} times (retries.on_exit_codes)"
-                _end(store, job_id, attempt.number, *ending[:2], reason, code, sync)
-                return True
-            why = (
-                f"{reason}; exit code {shell_code(code)} is always retried (retries.on_exit_codes)"
-            )
-        elif failed_exit and errors < retries_left:
-            errors += 1
-            why = f"retry {errors} of {retries_left} after {reason}"
-        else:
+        ended = _ended(outcome, code, contract, failure_file, max_runtime, observer, cap, running)
+        # (the job as this supervisor last changed it: only it counts retries meanwhile)
+        decision = decide(ended, History(job.preemptions, job.retries, job.code_retries), limits)
+        if decision.job is not None:
             # the working folder is kept for the next job before the room is given back
-            _end(store, job_id, attempt.number, *ending, code, sync, recycle=state.recycle)
+            _end(
+                store,
+                job_id,
+                attempt.number,
+                decision.attempt,
+                decision.job,
+                decision.reason,
+                code,
+                sync,
+                recycle=state.recycle,
+            )
             return True
-        ended = {"status": ending[0], "ended_at": time.time(), "exit_code": code, "reason": reason}
+        why = decision.why
+        if decision.charge is Counter.PREEMPTIONS:
+            why = f"{why}; starting attempt {attempt.number + 1}"
+        assert decision.charge is not None
+        counter = decision.charge.value
+        ended_fields = {
+            "status": decision.attempt,
+            "ended_at": time.time(),
+            "exit_code": code,
+            "reason": decision.reason,
+        }
         try:
             store.transition(
                 job_id,
                 _S.RECOVERING,
                 expected={_S.RUNNING},
                 reason=why,
-                attempt=(attempt.number, ended),
+                attempt=(attempt.number, ended_fields),
+                **{counter: getattr(job, counter) + 1},
             )
         except TransitionError:  # cancelled meanwhile: the loop's first check finishes it
-            store.update_attempt(job_id, attempt.number, **ended)
+            store.update_attempt(job_id, attempt.number, **ended_fields)
             continue
-        if outcome != "preempted":  # capacity comes back at once here; errors wait a little
-            _backoff(store, job_id, max(errors, retried, 1), control)
+        if decision.backoff:  # capacity comes back at once; errors wait a little
+            _backoff(store, job_id, decision.backoff, control)
+
+
+def _ended(
+    outcome: str,
+    code: int | None,
+    contract: str,
+    failure_file: Path,
+    max_runtime: float | None,
+    observer: Observer,
+    cap: CostCap,
+    running: LocalAttempt,
+) -> Ended:
+    """How the attempt ended, in the policy's terms, with the words that go with it."""
+    from ferry.contract import sagemaker
+
+    if outcome == "exited":
+        marker = sagemaker.failure_text(failure_file)
+        if marker:  # the script said why it failed, as on SageMaker
+            where = "/opt/ml/output/failure" if contract == "sagemaker" else "FERRY_FAILURE_FILE"
+            return Ended(Outcome.EXITED, code, said=(marker, where))
+        detail = ""
+        if code:
+            tail = running.tail(defaults.REASON_LOG_LINES)
+            detail = _failure_reason(code, tail, running._killed)
+        return Ended(Outcome.EXITED, code, detail)
+    if outcome == "preempted":
+        return Ended(Outcome.PREEMPTED, code, observer.preempted_by or "")
+    if outcome == "cancelled":
+        return Ended(Outcome.CANCELLED, code)
+    if outcome == "timeout":
+        return Ended(
+            Outcome.TIMED_OUT, code, f"max_runtime {format_duration(max_runtime or 0)} reached"
+        )
+    if outcome == "budget":
+        return Ended(Outcome.BUDGET, code, cap.reason())
+    if outcome == "monthly":
+        reason = f"monthly budget reached: {config.get('budget.monthly') or 0:.2f} USD"
+        return Ended(Outcome.MONTHLY_BUDGET, code, reason)
+    if outcome == "alert" and observer.stopped_by:
+        return Ended(Outcome.ALERT, code, f"stopped on alert: {observer.stopped_by.message}")
+    # stopped on an alert whose message is gone: what the log says
+    tail = running.tail(defaults.REASON_LOG_LINES)
+    return Ended(Outcome.ALERT, code, _failure_reason(code or 0, tail, running._killed))
 
 
 def _fresh(store: Store, job: Job, state: WorkdirState) -> list[tuple[str, int]]:
@@ -929,9 +940,6 @@ class _LiveSync:
         """What went wrong since the last call (events to record)."""
         taken, self._failed = self._failed, []
         return taken
-
-
-MAX_CODE_RETRIES = 100  # retries.on_exit_codes are not counted, but not endless either
 
 
 def _hard_budget_spent(store: Store) -> bool:

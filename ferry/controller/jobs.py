@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ferry import config, defaults
 from ferry.errors import FerryError, TransitionError, UsageError
 from ferry.procs import environ_of, hostname, is_supervisor, start_time
-from ferry.status import ACTIVE, AttemptStatus, JobStatus
+from ferry.status import ACTIVE, AttemptStatus, JobStatus, shell_code
 from ferry.store import Attempt, Job, Store, open_store
 from ferry.store.base import IdTaken
 from ferry.units import expand_home
@@ -377,16 +377,15 @@ def _resume(store: Store, job: Job, last: Attempt | None) -> Job | None:
     supervisor, which starts a new attempt from the latest checkpoint; like a preemption,
     it counts against retries.on_preemption. Returns the job resumed, or None when it
     should fail instead (or someone else claimed it first: then ``job`` is returned)."""
+    from ferry.controller.policy import History, Limits, resume_allowed
+
     if job.status is _S.CANCELLING:
         return None
-    attempts = store.attempts(job.id)
-    lost = sum(a.status in (AttemptStatus.LOST, AttemptStatus.PREEMPTED) for a in attempts)
-    lost += bool(last and not last.status.is_terminal())  # the one about to be marked lost
-    # resumes whose supervisor died before it even started an attempt count too
-    resumes = sum(e.message.startswith(_RESUMING) for e in store.events(job.id))
-    used = max(lost, resumes + 1)
-    allowed = int((job.spec.get("retries") or {}).get("on_preemption", 20))
-    if used > allowed:
+    # one count with the preempted attempts; a supervisor that died before it even started
+    # an attempt counts too, so a job whose supervisors keep dying does not go on for ever
+    limits = Limits.of(job.spec.get("retries"))
+    allowed, used = resume_allowed(History(preemptions=job.preemptions), limits)
+    if not allowed:
         return None
     try:
         resumed = store.transition(
@@ -394,10 +393,11 @@ def _resume(store: Store, job: Job, last: Attempt | None) -> Job | None:
             _S.RECOVERING,
             expected={job.status},
             supervised_by=(job.supervisor_pid, job.supervisor_started),
-            reason=f"{_RESUMING} ({used} of {allowed})",
+            reason=f"{_RESUMING} ({used} of {limits.on_preemption})",
             supervisor_pid=None,
             supervisor_host=None,
             supervisor_started=None,
+            preemptions=used,
         )
     except TransitionError:
         return job  # claimed (or finished) by someone else meanwhile: theirs to handle
@@ -479,38 +479,6 @@ def reconcile(store: Store, admit: bool = True) -> list[Job]:
 
 # ---------------------------------------------------------------------------------------
 # The supervisor's work
-
-
-def shell_code(code: int) -> int:
-    """An exit status as a shell shows it: 128+N for a death by signal N.
-
-    The store keeps what the process reported (``-N`` for signal N); everything a person or a
-    script sees goes through here, so ``ferry status``, ``--json``, ``ferry wait`` and the
-    Python API all say 143 for a job ended by SIGTERM.
-    """
-    return 128 - code if code < 0 else code
-
-
-def signal_name(code: int | None) -> str | None:
-    """``'SIGTERM'`` for a stored death by signal (``-15``); None for an exit of its own."""
-    if code is None or code >= 0:
-        return None
-    try:
-        return signal.Signals(-code).name
-    except ValueError:
-        return f"signal {-code}"
-
-
-def describe_exit(code: int) -> str:
-    """``'exit code 3'``, or ``'exit code 143 (SIGTERM)'`` for a death by signal."""
-    name = signal_name(code)
-    return f"exit code {shell_code(code)}" + (f" ({name})" if name else "")
-
-
-def exit_fields(code: int | None) -> dict[str, int | str | None]:
-    """The ``exit_code`` (128+N for signal N) and ``signal`` (its name, or None) of --json
-    output and of the Python API."""
-    return {"exit_code": None if code is None else shell_code(code), "signal": signal_name(code)}
 
 
 def exit_status(job: Job) -> int:

@@ -77,6 +77,18 @@ MIGRATIONS: list[str] = [
     ALTER TABLE attempts ADD COLUMN offering TEXT;
     CREATE INDEX attempts_started ON attempts (started_at);
     """,
+    # 4: what a job's attempts used of its retries, kept with the job, so that whichever
+    # process decides next (a new supervisor after a lost one) counts on from there; the
+    # preemptions of jobs stored before are those of their attempts
+    """
+    ALTER TABLE jobs ADD COLUMN preemptions INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN retries INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN code_retries INTEGER NOT NULL DEFAULT 0;
+    UPDATE jobs SET preemptions = (
+        SELECT COUNT(*) FROM attempts
+        WHERE attempts.job_id = jobs.id AND attempts.status IN ('PREEMPTED', 'LOST')
+    );
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

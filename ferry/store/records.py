@@ -50,6 +50,12 @@ class Job:
     supervisor_host: str | None = None
     supervisor_started: float | None = None  # the supervisor process's start time
     heartbeat_at: float | None = None
+    # what its attempts used of its retries (ferry.controller.policy.History): preempted or
+    # lost attempts and lost supervisors (one count against retries.on_preemption), failed
+    # attempts started again under retries.on_error, and under retries.on_exit_codes
+    preemptions: int = 0
+    retries: int = 0
+    code_retries: int = 0
 
     @property
     def command(self) -> list[str]:

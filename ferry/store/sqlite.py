@@ -35,7 +35,7 @@ from ferry.store.records import (
 _JOB_COLUMNS = (
     "id, name, seq, status, backend, spec, job_dir, outputs, created_at, updated_at, "
     "started_at, ended_at, exit_code, reason, allocation, supervisor_pid, supervisor_host, "
-    "heartbeat_at, supervisor_started"
+    "heartbeat_at, supervisor_started, preemptions, retries, code_retries"
 )
 _ATTEMPT_COLUMNS = (
     "job_id, number, status, backend, host, log_path, started_at, handle, ended_at, "
@@ -53,6 +53,9 @@ _JOB_FIELDS = frozenset(
         "heartbeat_at",
         "outputs",
         "supervisor_started",
+        "preemptions",
+        "retries",
+        "code_retries",
     }
 )
 _ATTEMPT_FIELDS = frozenset(
@@ -92,6 +95,9 @@ def _job(row: tuple[Any, ...]) -> Job:
         supervisor_host=row[16],
         heartbeat_at=row[17],
         supervisor_started=row[18],
+        preemptions=row[19],
+        retries=row[20],
+        code_retries=row[21],
     )
 
 

@@ -102,6 +102,22 @@ class TestStoreContract:
             "by hand",
         )
 
+    def test_retry_counters_change_with_the_transition_and_only_with_it(self, store: Store) -> None:
+        job_id = new_job(store)
+        assert store.get_job(job_id).preemptions == 0
+        store.transition(job_id, S.STARTING, expected={S.QUEUED})
+        store.transition(job_id, S.RUNNING, expected={S.STARTING})
+        job = store.transition(job_id, S.RECOVERING, expected={S.RUNNING}, preemptions=1)
+        assert (job.preemptions, job.retries, job.code_retries) == (1, 0, 0)
+        with pytest.raises(TransitionError):  # a second claim of the same move changes nothing
+            store.transition(job_id, S.RECOVERING, expected={S.RUNNING}, preemptions=2)
+        store.transition(job_id, S.RUNNING, expected={S.RECOVERING})
+        job = store.transition(job_id, S.RECOVERING, expected={S.RUNNING}, retries=1)
+        job = store.transition(job_id, S.RUNNING, expected={S.RECOVERING})
+        job = store.transition(job_id, S.RECOVERING, expected={S.RUNNING}, code_retries=1)
+        assert (job.preemptions, job.retries, job.code_retries) == (1, 1, 1)
+        assert store.get_job(job_id) == job
+
     def test_moves_outside_the_transition_table_are_refused(self, store: Store) -> None:
         job_id = new_job(store)
         with pytest.raises(TransitionError, match="never moves from QUEUED to RUNNING"):
@@ -227,6 +243,34 @@ def test_migrations_are_applied_once(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "ferry.db")  # a second open must not re-run migrations
     new_job(store)
     assert store.get_job("train-0001").status is S.QUEUED
+
+
+def test_a_store_from_before_the_retry_counters_counts_its_preempted_attempts(
+    tmp_path: Path,
+) -> None:
+    from ferry.store.migrations import MIGRATIONS
+
+    db = sqlite3.connect(tmp_path / "ferry.db")  # the schema as Ferry wrote it before
+    for script in MIGRATIONS[:3]:
+        db.executescript(script)
+    db.execute("PRAGMA user_version = 3")
+    row = "(?, 'train', 'RECOVERING', 'local', '{}', '/j', '/o', 1, 1)"
+    db.execute(
+        "INSERT INTO jobs (id, name, status, backend, spec, job_dir, outputs, created_at,"
+        f" updated_at) VALUES {row}, {row.replace('RECOVERING', 'QUEUED')}",
+        ("a-1", "b-1"),
+    )
+    for number, status in enumerate(["PREEMPTED", "FAILED", "LOST", "RUNNING"], 1):
+        db.execute(
+            "INSERT INTO attempts (job_id, number, status, backend, host, log_path, started_at)"
+            " VALUES ('a-1', ?, ?, 'local', 'h', '/l', 1)",
+            (number, status),
+        )
+    db.commit()
+    db.close()
+    store = SQLiteStore(tmp_path / "ferry.db")
+    assert store.get_job("a-1").preemptions == 2 and store.get_job("a-1").retries == 0
+    assert store.get_job("b-1").preemptions == 0
 
 
 def test_kill_9_in_the_middle_of_writes_never_corrupts(tmp_path: Path) -> None:
