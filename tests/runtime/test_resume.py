@@ -212,6 +212,40 @@ def test_exit_codes_retried_without_counting_and_preemptions_run_out(
     assert status["reason"] == "preempted 2 times (retries.on_preemption is 1)"
 
 
+def test_a_new_supervisor_counts_on_the_retries_the_lost_one_used(
+    home: Path, project: Path
+) -> None:
+    # attempt 1 fails and is retried (on_error: 1); attempt 2's supervisor is killed; the
+    # resumed attempt 3 fails: the one retry is spent, so the job fails rather than retry
+    (project / "flaky.py").write_text(
+        "import os, sys, time\n"
+        "n = os.environ['FERRY_ATTEMPT']\n"
+        "print('attempt', n, flush=True)\n"
+        "if n == '2':\n"
+        "    time.sleep(60)\n"
+        "sys.exit(3)\n"
+    )
+    (project / "job.yaml").write_text("command: python flaky.py\nretries: {on_error: 1}\n")
+    job_id = submit("job.yaml", cwd=project)
+    from ferry.store import open_store
+
+    def second_attempt_runs() -> bool:
+        attempts = job_status(job_id)["attempts"]
+        return len(attempts) == 2 and attempts[1]["status"] == "RUNNING"
+
+    wait_for(second_attempt_runs, what="the retry to run")
+    supervisor = open_store().get_job(job_id).supervisor_pid
+    assert supervisor
+    os.kill(supervisor, signal.SIGKILL)
+    wait_for(lambda: not pid_alive(supervisor), what="the supervisor to die")
+    ferry("jobs")  # notices the lost supervisor and resumes the job
+    assert ferry("wait", job_id, "--timeout", "60s").returncode == 3
+    status = job_status(job_id)
+    assert [a["status"] for a in status["attempts"]] == ["FAILED", "LOST", "FAILED"]
+    assert status["retries_used"] == {"preemptions": 1, "on_error": 1, "on_exit_codes": 0}
+    assert status["reason"].startswith("exit code 3")
+
+
 def test_max_runtime_delivers_the_notice_first(home: Path, project: Path) -> None:
     (project / "long.py").write_text(
         "import os, time\nfrom ferry import runtime\n"
