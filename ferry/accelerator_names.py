@@ -2,9 +2,8 @@
 
 :func:`backend_name` gives what Vertex AI (a ``MachineSpec``), SageMaker (an instance type) or
 Ray (an ``accelerator_type`` label) calls a request; :func:`from_backend_name` reads such names
-back into an :class:`~ferry.accelerators.Accelerator`. Every table below names its source; keys
-are the backends' spellings, values Ferry's canonical names. A table lists each machine family
-smallest first: where two machines fit a request equally, the one listed first is chosen.
+back into an :class:`~ferry.accelerators.Accelerator`. The tables are each backend's own
+(``ferry/backends/*_names.py``), each with its sources.
 """
 
 from __future__ import annotations
@@ -13,202 +12,21 @@ import re
 from dataclasses import dataclass
 from typing import Literal, overload
 
-from ferry.accelerators import Accelerator, parse_accelerator
+from ferry.accelerators import Accelerator
+from ferry.backends.ray_names import RAY_LABELS, TPU_POD_TYPE_PREFIXES
+from ferry.backends.sagemaker_names import SAGEMAKER_INSTANCES
+from ferry.backends.vertex_names import (
+    VERTEX_ACCELERATOR_TYPES,
+    VERTEX_CLOUD_TPU,
+    VERTEX_CLOUD_TPU_GENERATIONS,
+    VERTEX_GPU_MACHINES,
+    VERTEX_N1_MACHINES,
+    VERTEX_TPU_MACHINES,
+    VERTEX_TPU_TOPOLOGIES,
+)
+from ferry.machines import parse_request
 
 BACKENDS = ("vertex", "sagemaker", "ray")  # the backends backend_name() knows names for
-
-# --- Vertex AI -------------------------------------------------------------------------------
-# MachineSpec.acceleratorType values -> canonical name.
-# https://cloud.google.com/vertex-ai/docs/reference/rest/v1/MachineSpec#acceleratortype
-# The first Vertex name of a canonical name is the one Ferry asks for: NVIDIA_H100_80GB (A3
-# High) rather than NVIDIA_H100_MEGA_80GB, the same GPU on A3 Mega machines.
-VERTEX_ACCELERATOR_TYPES: dict[str, str] = {
-    "NVIDIA_TESLA_K80": "K80",  # end of support, no machine left: /compute/docs/eol/k80-eol
-    "NVIDIA_TESLA_P4": "P4",
-    "NVIDIA_TESLA_P100": "P100",
-    "NVIDIA_TESLA_V100": "V100",
-    "NVIDIA_TESLA_T4": "T4",
-    "NVIDIA_L4": "L4",
-    "NVIDIA_TESLA_A100": "A100",  # the 40 GB A100
-    "NVIDIA_A100_80GB": "A100-80GB",
-    "NVIDIA_H100_80GB": "H100",
-    "NVIDIA_H100_MEGA_80GB": "H100",
-    "NVIDIA_H200_141GB": "H200",
-    "NVIDIA_B200": "B200",
-    "TPU_V2": "tpu-v2",
-    "TPU_V3": "tpu-v3",
-    "TPU_V4_POD": "tpu-v4",
-    "TPU_V5_LITEPOD": "tpu-v5e",
-}
-
-# Training machine types that come with their GPUs -> (acceleratorType, acceleratorCount).
-# https://cloud.google.com/vertex-ai/docs/training/configure-compute#gpu-compatibility-table
-VERTEX_GPU_MACHINES: dict[str, tuple[str, int]] = {
-    "a2-highgpu-1g": ("NVIDIA_TESLA_A100", 1),
-    "a2-highgpu-2g": ("NVIDIA_TESLA_A100", 2),
-    "a2-highgpu-4g": ("NVIDIA_TESLA_A100", 4),
-    "a2-highgpu-8g": ("NVIDIA_TESLA_A100", 8),
-    "a2-megagpu-16g": ("NVIDIA_TESLA_A100", 16),
-    "a2-ultragpu-1g": ("NVIDIA_A100_80GB", 1),
-    "a2-ultragpu-2g": ("NVIDIA_A100_80GB", 2),
-    "a2-ultragpu-4g": ("NVIDIA_A100_80GB", 4),
-    "a2-ultragpu-8g": ("NVIDIA_A100_80GB", 8),
-    "a3-highgpu-1g": ("NVIDIA_H100_80GB", 1),
-    "a3-highgpu-2g": ("NVIDIA_H100_80GB", 2),
-    "a3-highgpu-4g": ("NVIDIA_H100_80GB", 4),
-    "a3-highgpu-8g": ("NVIDIA_H100_80GB", 8),
-    "a3-megagpu-8g": ("NVIDIA_H100_MEGA_80GB", 8),
-    "a3-ultragpu-8g": ("NVIDIA_H200_141GB", 8),
-    "a4-highgpu-8g": ("NVIDIA_B200", 8),
-    "g2-standard-4": ("NVIDIA_L4", 1),
-    "g2-standard-8": ("NVIDIA_L4", 1),
-    "g2-standard-12": ("NVIDIA_L4", 1),
-    "g2-standard-16": ("NVIDIA_L4", 1),
-    "g2-standard-32": ("NVIDIA_L4", 1),
-    "g2-standard-24": ("NVIDIA_L4", 2),
-    "g2-standard-48": ("NVIDIA_L4", 4),
-    "g2-standard-96": ("NVIDIA_L4", 8),
-}
-
-# N1 machine types take P4, P100, T4 or V100 GPUs attached, in the counts the same table
-# allows (1, 2, 4; V100 also 8). Ferry gives each GPU 8 vCPUs, as the shipped catalog prices
-# them: acceleratorType -> {acceleratorCount: machine type}.
-VERTEX_N1_MACHINES: dict[str, dict[int, str]] = {
-    gpu: {1: "n1-standard-8", 2: "n1-standard-16", 4: "n1-standard-32"}
-    for gpu in ("NVIDIA_TESLA_P4", "NVIDIA_TESLA_P100", "NVIDIA_TESLA_T4")
-} | {
-    "NVIDIA_TESLA_V100": {
-        1: "n1-standard-8",
-        2: "n1-standard-16",
-        4: "n1-standard-32",
-        8: "n1-standard-64",
-    },
-}
-
-# TPU v2 and v3 run on machine type "cloud-tpu" with acceleratorType TPU_V2/TPU_V3 and
-# acceleratorCount 8 (one TPU) or a multiple of 32 (a Pod slice); TPU v4 and v5p have no
-# training configuration on Vertex AI.
-# https://cloud.google.com/vertex-ai/docs/training/configure-compute (section TPUs)
-VERTEX_CLOUD_TPU = "cloud-tpu"
-VERTEX_CLOUD_TPU_GENERATIONS = ("tpu-v2", "tpu-v3")
-
-# TPU v5e and v6e: a machine type per VM (-> generation, chips on one VM) and a tpuTopology for
-# the slice; a slice larger than one VM is made of the 4-chip machine type.
-# https://cloud.google.com/vertex-ai/docs/training/configure-compute (TPU v5e, TPU v6e)
-VERTEX_TPU_MACHINES: dict[str, tuple[str, int]] = {
-    "ct5lp-hightpu-1t": ("tpu-v5e", 1),
-    "ct5lp-hightpu-4t": ("tpu-v5e", 4),
-    "ct5lp-hightpu-8t": ("tpu-v5e", 8),
-    "ct6e-standard-1t": ("tpu-v6e", 1),
-    "ct6e-standard-4t": ("tpu-v6e", 4),
-    "ct6e-standard-8t": ("tpu-v6e", 8),
-}
-VERTEX_TPU_TOPOLOGIES: dict[int, str] = {  # chips in the slice -> tpuTopology (v5e and v6e)
-    1: "1x1",
-    4: "2x2",
-    8: "2x4",
-    16: "4x4",
-    32: "4x8",
-    64: "8x8",
-    128: "8x16",
-    256: "16x16",
-}
-
-# --- SageMaker -------------------------------------------------------------------------------
-# Training instance types with GPUs -> (canonical name, GPUs on one instance). The names are
-# the TrainingInstanceType values of the SageMaker API
-# (https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_ResourceConfig.html); the GPUs
-# of each are the EC2 type's (https://docs.aws.amazon.com/ec2/latest/instancetypes/ac.html).
-# SageMaker has no TPUs.
-SAGEMAKER_INSTANCES: dict[str, tuple[str, int]] = {
-    "ml.p2.xlarge": ("K80", 1),
-    "ml.p2.8xlarge": ("K80", 8),
-    "ml.p2.16xlarge": ("K80", 16),
-    "ml.p3.2xlarge": ("V100", 1),
-    "ml.p3.8xlarge": ("V100", 4),
-    "ml.p3.16xlarge": ("V100", 8),
-    "ml.p3dn.24xlarge": ("V100-32GB", 8),
-    "ml.g4dn.xlarge": ("T4", 1),
-    "ml.g4dn.2xlarge": ("T4", 1),
-    "ml.g4dn.4xlarge": ("T4", 1),
-    "ml.g4dn.8xlarge": ("T4", 1),
-    "ml.g4dn.16xlarge": ("T4", 1),
-    "ml.g4dn.12xlarge": ("T4", 4),
-    "ml.g5.xlarge": ("A10G", 1),
-    "ml.g5.2xlarge": ("A10G", 1),
-    "ml.g5.4xlarge": ("A10G", 1),
-    "ml.g5.8xlarge": ("A10G", 1),
-    "ml.g5.16xlarge": ("A10G", 1),
-    "ml.g5.12xlarge": ("A10G", 4),
-    "ml.g5.24xlarge": ("A10G", 4),
-    "ml.g5.48xlarge": ("A10G", 8),
-    "ml.g6.xlarge": ("L4", 1),
-    "ml.g6.2xlarge": ("L4", 1),
-    "ml.g6.4xlarge": ("L4", 1),
-    "ml.g6.8xlarge": ("L4", 1),
-    "ml.g6.16xlarge": ("L4", 1),
-    "ml.g6.12xlarge": ("L4", 4),
-    "ml.g6.24xlarge": ("L4", 4),
-    "ml.g6.48xlarge": ("L4", 8),
-    "ml.g6e.xlarge": ("L40S", 1),
-    "ml.g6e.2xlarge": ("L40S", 1),
-    "ml.g6e.4xlarge": ("L40S", 1),
-    "ml.g6e.8xlarge": ("L40S", 1),
-    "ml.g6e.16xlarge": ("L40S", 1),
-    "ml.g6e.12xlarge": ("L40S", 4),
-    "ml.g6e.24xlarge": ("L40S", 4),
-    "ml.g6e.48xlarge": ("L40S", 8),
-    "ml.p4d.24xlarge": ("A100", 8),
-    "ml.p4de.24xlarge": ("A100-80GB", 8),
-    "ml.p5.4xlarge": ("H100", 1),
-    "ml.p5.48xlarge": ("H100", 8),
-    "ml.p5en.48xlarge": ("H200", 8),  # before p5e: the shipped catalog prices p5en
-    "ml.p5e.48xlarge": ("H200", 8),
-    "ml.p6-b200.48xlarge": ("B200", 8),
-}
-
-# --- Ray -------------------------------------------------------------------------------------
-# accelerator_type labels (the constants of ray/util/accelerators/accelerators.py; a node
-# carries the resource "accelerator_type:<label>") -> canonical name. Ray labels a GPU node by
-# its model alone ("A100" for 40 GB and 80 GB alike, "V100" for 16 GB and 32 GB alike); the
-# sized A100 labels "A100-40G" and "A100-80G" are Ray's too, but a cluster's operator adds them
-# by hand. The first label of a canonical name is the one Ferry asks for.
-RAY_LABELS: dict[str, str] = {
-    "K80": "K80",
-    "P4": "P4",
-    "P100": "P100",
-    "V100": "V100",
-    "T4": "T4",
-    "A10G": "A10G",
-    "L4": "L4",
-    "L40S": "L40S",
-    "A100": "A100",  # any A100 satisfies a request for the 40 GB one
-    "A100-40G": "A100",
-    "A100-80G": "A100-80GB",
-    "H100": "H100",
-    "H200": "H200",
-    "B200": "B200",
-    "AMD-Instinct-MI300X-OAM": "MI300X",
-    "TPU-V2": "tpu-v2",
-    "TPU-V3": "tpu-v3",
-    "TPU-V4": "tpu-v4",
-    "TPU-V5P": "tpu-v5p",
-    "TPU-V5LITEPOD": "tpu-v5e",
-    "TPU-V6E": "tpu-v6e",
-}
-
-# Cloud TPU accelerator-type prefixes ("v5litepod-8"): Ray reads a TPU node's pod type in this
-# form and marks worker 0 of a slice with the resource "TPU-<pod type>-head"
-# (ray/_private/accelerators/tpu.py; https://cloud.google.com/tpu/docs/v5e).
-TPU_POD_TYPE_PREFIXES: dict[str, str] = {
-    "tpu-v2": "v2",
-    "tpu-v3": "v3",
-    "tpu-v4": "v4",
-    "tpu-v5e": "v5litepod",
-    "tpu-v5p": "v5p",
-    "tpu-v6e": "v6e",
-}
-
 
 # --- the mapping -----------------------------------------------------------------------------
 
@@ -269,13 +87,13 @@ def backend_name(acc: Accelerator | str, backend: Literal["ray"]) -> RayRequest 
 def backend_name(acc: Accelerator | str, backend: str) -> BackendName | None: ...
 def backend_name(acc: Accelerator | str, backend: str) -> BackendName | None:
     """The backend's own names for a request (an :class:`Accelerator` or text that
-    :func:`parse_accelerator` reads), or ``None`` where that backend offers no such
+    :func:`~ferry.machines.parse_request` reads), or ``None`` where that backend offers no such
     accelerator in that number. ``ValueError`` for a backend not in :data:`BACKENDS`.
 
     Vertex AI and SageMaker give the smallest machine with at least ``count`` GPUs (its
     count says how many it has); a TPU slice is matched exactly. Ray takes any count.
     """
-    request = acc if isinstance(acc, Accelerator) else parse_accelerator(acc)
+    request = acc if isinstance(acc, Accelerator) else parse_request(acc)
     if backend == "vertex":
         return _vertex_machine(request)
     if backend == "sagemaker":
@@ -333,7 +151,8 @@ def from_backend_name(name: str | BackendName, backend: str | None = None) -> Ac
     one name with an optional count, such as ``NVIDIA_TESLA_A100:8``, ``a2-highgpu-8g``,
     ``ct5lp-hightpu-4t``, ``ml.p4d.24xlarge``, ``A100-80G`` or ``accelerator_type:A100``. With
     ``backend``, a name that backend does not use is refused; without, any name
-    :func:`parse_accelerator` reads is taken too. Raises ``ValueError`` naming what is wrong.
+    :func:`~ferry.machines.parse_request` reads is taken too. Raises ``ValueError`` naming
+    what is wrong.
     """
     if isinstance(name, VertexMachine):
         return _from_vertex_machine(name)
@@ -354,7 +173,7 @@ def from_backend_name(name: str | BackendName, backend: str | None = None) -> Ac
             raise ValueError(f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
         if not _is_backend_name(text.partition(":")[0], backend):
             raise ValueError(f"{name!r} is not a name {backend} uses; {_EXAMPLES[backend]}")
-    return parse_accelerator(text)
+    return parse_request(text)
 
 
 _EXAMPLES = {

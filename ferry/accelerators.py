@@ -3,20 +3,16 @@
 Canonical names follow the shipped price catalog (``catalog/``): GPUs by model (``A100``,
 ``A100-80GB``, ``H100``), TPUs by generation (``tpu-v5e``) with the slice size as the count
 (``tpu-v5e-8``). A machine type (``p4d.24xlarge``, ``a2-highgpu-8g``, ``Standard_ND96asr_v4``)
-stands for the accelerators it carries. Each backend's own names for a request are in
-``accelerator_names.py``.
+stands for the accelerators it carries: ``machines.py`` reads those (from the backends'
+tables and the price catalog, which both build on this module). Each backend's own names
+for a request are in ``accelerator_names.py``.
 """
 
 from __future__ import annotations
 
 import re
-import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from ferry.catalog import Catalog
 
 # Canonical GPU names -> memory per device in GiB (informational; the catalog is the
 # authority for offerings and prices).
@@ -120,7 +116,7 @@ def _lookup(name: str) -> str | None:
     return None
 
 
-def _unknown(name: str, machines: dict[str, str] | None = None) -> ValueError:
+def unknown_name(name: str, machines: dict[str, str] | None = None) -> ValueError:
     """The error for a name that is no accelerator, naming the closest ones (and the closest
     machine types, when ``machines`` maps their lower-case names to their spelling)."""
     import difflib
@@ -139,16 +135,19 @@ def canonical_name(name: str) -> str:
     """Return the canonical name for ``name`` or raise ``ValueError`` with the closest ones."""
     found = _lookup(name)
     if found is None:
-        raise _unknown(name)
+        raise unknown_name(name)
     return found
 
 
-def parse_accelerator(value: object) -> Accelerator:
-    """Parse ``A100:1``, ``a100`` (count 1), ``H100:8``, ``tpu-v5e-8``, ``v5litepod-8``, or a
-    machine type (``p4d.24xlarge``, ``ml.p4d.24xlarge``, ``a2-highgpu-8g``,
-    ``Standard_ND96asr_v4``), which stands for the accelerators it carries and takes no count.
-    Machine types that no backend table names are looked up in the price catalog, imported
-    only then."""
+def parse_accelerator(
+    value: object, machine: Callable[[str], Accelerator] | None = None
+) -> Accelerator:
+    """Parse ``A100:1``, ``a100`` (count 1), ``H100:8``, ``tpu-v5e-8`` or ``v5litepod-8``.
+
+    ``machine`` reads a name that is no accelerator as a machine type, which stands for the
+    accelerators it carries and takes no count; without it, such a name is refused with the
+    closest accelerator names. :func:`ferry.machines.parse_request` passes the one that knows
+    the backends' machine types and the price catalog's."""
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"expected {_HELP}, not {value!r}")
     text = value.strip()
@@ -167,97 +166,16 @@ def parse_accelerator(value: object) -> Accelerator:
         count = int(count_part)
     found = _lookup(name_part)
     if found is None:
-        machine = _machine(name_part.strip())
+        if machine is None:
+            raise unknown_name(name_part.strip())
+        carried = machine(name_part.strip())
         if sep:
-            wanted = Accelerator(machine.name, count)
+            wanted = Accelerator(carried.name, count)
             raise ValueError(
-                f"{name_part.strip()} is a machine type with {machine}, so it takes no count;"
+                f"{name_part.strip()} is a machine type with {carried}, so it takes no count;"
                 f' write "{name_part.strip()}" for one such machine, or "{wanted}"'
             )
-        return machine
+        return carried
     if found.startswith("tpu-") and not sep:
         raise ValueError(f"say how many TPU chips, e.g. {found}-8, not {value!r}")
     return Accelerator(found, count)
-
-
-# --- machine types ---------------------------------------------------------------------------
-
-
-@cache
-def _backend_machines() -> dict[str, Accelerator]:
-    """Machine types the backend tables name (lower-case) -> what one machine carries."""
-    from ferry.accelerator_names import (
-        SAGEMAKER_INSTANCES,
-        VERTEX_ACCELERATOR_TYPES,
-        VERTEX_GPU_MACHINES,
-        VERTEX_TPU_MACHINES,
-    )
-
-    machines: dict[str, Accelerator] = {}
-    for instance_type, (name, count) in SAGEMAKER_INSTANCES.items():
-        machines[instance_type] = machines[instance_type.removeprefix("ml.")] = Accelerator(
-            name, count
-        )
-    for machine_type, (vertex_type, count) in VERTEX_GPU_MACHINES.items():
-        machines[machine_type] = Accelerator(VERTEX_ACCELERATOR_TYPES[vertex_type], count)
-    for machine_type, (generation, chips) in VERTEX_TPU_MACHINES.items():
-        machines[machine_type] = Accelerator(generation, chips)
-    return machines
-
-
-_catalog_index: tuple[Catalog, dict[str, tuple[str, frozenset[Accelerator]]]] | None = None
-_reading = threading.local()  # set while the catalog loads: its own rows are parsed then
-
-
-def _catalog_machines() -> dict[str, tuple[str, frozenset[Accelerator]]]:
-    """The catalog's machine types (lower-case) -> (their spelling, the accelerators they come
-    with: several for one that takes different GPUs, such as n1-standard-8, none for CPU-only
-    ones). Imports and loads the catalog on first use; empty when it cannot be read."""
-    global _catalog_index
-    if getattr(_reading, "active", False):
-        return {}
-    _reading.active = True
-    try:
-        from ferry.catalog import load_catalog
-
-        catalog = load_catalog()
-    except (OSError, ValueError, KeyError, TypeError):  # a damaged file: no machine types then
-        return {}
-    finally:
-        _reading.active = False
-    if _catalog_index is None or _catalog_index[0] is not catalog:
-        found: dict[str, tuple[str, set[Accelerator]]] = {}
-        for o in [*catalog.offerings, *(f.offering for f in catalog.flagged)]:
-            _, kinds = found.setdefault(o.instance_type.lower(), (o.instance_type, set()))
-            if o.accelerator:
-                kinds.add(Accelerator(o.accelerator, o.count))
-        index = {k: (spelling, frozenset(kinds)) for k, (spelling, kinds) in found.items()}
-        _catalog_index = (catalog, index)
-    return _catalog_index[1]
-
-
-def _machine(name: str) -> Accelerator:
-    """What one machine of type ``name`` carries, or ``ValueError`` for a name that is no
-    accelerator and no machine type with a single kind of accelerator."""
-    key = name.lower()
-    if key in _backend_machines():
-        return _backend_machines()[key]
-    catalog = _catalog_machines()
-    for candidate in (key, f"standard_{key}"):  # Azure sizes are also written without it
-        if candidate in catalog:
-            spelling, kinds = catalog[candidate]
-            if len(kinds) == 1:
-                return next(iter(kinds))
-            if not kinds:
-                raise ValueError(
-                    f"{spelling} has no accelerator; leave the accelerator out for a CPU-only job"
-                )
-            options = sorted(kinds, key=lambda a: (a.name, a.count))
-            *others, last = sorted({a.name for a in options})
-            raise ValueError(
-                f"{spelling} takes {', '.join(others)} or {last} GPUs;"
-                f" name the accelerator instead, e.g. {options[0]}"
-            )
-    ours = [k for k in _backend_machines() if k.startswith("ml.") == key.startswith("ml.")]
-    spellings = dict(zip(ours, ours, strict=True)) | {k: s for k, (s, _) in catalog.items()}
-    raise _unknown(name, spellings)

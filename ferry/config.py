@@ -108,7 +108,7 @@ def _choice(*choices: str) -> Callable[[str], str]:
 
 
 def _url(value: str) -> str:
-    from ferry.spec import check_webhook
+    from ferry.checks import check_webhook
 
     check_webhook(value)
     return value
@@ -130,7 +130,7 @@ def _addresses(value: str) -> str:
 
 
 def _tracking_uri(value: str) -> str:
-    from ferry.spec import check_tracking_uri
+    from ferry.checks import check_tracking_uri
 
     check_tracking_uri(value)
     return value

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ferry.accelerators import Accelerator, parse_accelerator
+from ferry.checks import check_tracking_uri, check_webhook
 from ferry.errors import SpecError
 from ferry.units import expand_home, parse_duration, parse_size
 
@@ -81,7 +82,7 @@ class Resources(_Model):
     @field_validator("providers")
     @classmethod
     def _providers(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        from ferry.catalog.offerings import PROVIDERS
+        from ferry.backends.registry import PROVIDERS
 
         for name in value:
             if name not in PROVIDERS:
@@ -93,7 +94,9 @@ class Resources(_Model):
     def _accelerator(cls, value: object) -> str | None:
         if value is None:
             return None
-        return str(parse_accelerator(value))
+        from ferry.machines import parse_request
+
+        return str(parse_request(value))
 
     @field_validator("memory", mode="before")
     @classmethod
@@ -226,24 +229,6 @@ def _percent(value: object) -> float | None:
     return number
 
 
-def check_webhook(url: str) -> None:
-    """Refuse a webhook that is not an http(s) URL with a host (or a ``${NAME}`` to expand)."""
-    from urllib.parse import urlsplit
-
-    if url.startswith("${"):  # checked once expanded, when an alert is sent
-        return
-    try:
-        parts = urlsplit(url)
-        ok = parts.scheme in ("http", "https") and bool(parts.hostname) and " " not in url
-    except ValueError:
-        ok = False
-    if not ok:
-        raise ValueError(
-            "a webhook must be an http:// or https:// URL with a host, or ${NAME} to take"
-            " it from the environment"
-        )
-
-
 class Notify(_Model):
     """Where alerts go: one of a webhook URL, e-mail addresses or a shell command.
 
@@ -304,21 +289,6 @@ class Alerts(_Model):
         return _percent(value)
 
 
-def check_tracking_uri(uri: str) -> None:
-    """Refuse an MLflow tracking URI holding a password (it would be stored)."""
-    from urllib.parse import urlsplit
-
-    try:
-        password = urlsplit(uri).password
-    except ValueError:
-        raise ValueError(f"{uri!r} is not a valid tracking URI") from None
-    if password is not None:
-        raise ValueError(
-            "a password in the tracking URI would be stored with the job; set"
-            " MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD in the environment"
-        )
-
-
 class Simulate(_Model):
     """Rehearse spot capacity here: preempt the job as a provider would."""
 
@@ -343,6 +313,17 @@ class Tracking(_Model):
         if value:
             check_tracking_uri(value)
         return value
+
+
+def derive_name(command: tuple[str, ...] | list[str]) -> str:
+    """A job name from its command: the script's stem (``train.py`` -> ``train``)."""
+    for word in command:
+        stem = Path(word).stem
+        if word.endswith((".py", ".sh", ".ipynb")) and stem:
+            return stem
+    if len(command) >= 3 and command[1] == "-m":
+        return command[2].rpartition(".")[2]
+    return Path(command[0]).name
 
 
 class JobSpec(_Model):
@@ -380,6 +361,10 @@ class JobSpec(_Model):
     alerts: Alerts = Alerts()
     tracking: Tracking = Tracking()
     simulate: Simulate = Simulate()
+
+    def job_name(self) -> str:
+        """The job's name: ``name``, else one derived from the command (see derive_name)."""
+        return self.name or derive_name(self.command or ())
 
     @field_validator("name")
     @classmethod

@@ -12,13 +12,6 @@ from hypothesis import strategies as st
 
 from ferry.accelerator_names import (
     BACKENDS,
-    RAY_LABELS,
-    SAGEMAKER_INSTANCES,
-    TPU_POD_TYPE_PREFIXES,
-    VERTEX_ACCELERATOR_TYPES,
-    VERTEX_GPU_MACHINES,
-    VERTEX_N1_MACHINES,
-    VERTEX_TPU_MACHINES,
     BackendName,
     RayRequest,
     SageMakerInstance,
@@ -27,6 +20,15 @@ from ferry.accelerator_names import (
     from_backend_name,
 )
 from ferry.accelerators import ALIASES, GPUS, TPUS, Accelerator, canonical_name, parse_accelerator
+from ferry.backends.ray_names import RAY_LABELS, TPU_POD_TYPE_PREFIXES
+from ferry.backends.sagemaker_names import SAGEMAKER_INSTANCES
+from ferry.backends.vertex_names import (
+    VERTEX_ACCELERATOR_TYPES,
+    VERTEX_GPU_MACHINES,
+    VERTEX_N1_MACHINES,
+    VERTEX_TPU_MACHINES,
+)
+from ferry.machines import parse_request
 
 
 @pytest.mark.parametrize(
@@ -253,7 +255,7 @@ def test_every_ray_label_is_known(label: str, name: str) -> None:
     ],
 )
 def test_a_machine_type_stands_for_its_accelerators(machine: str, expected: str) -> None:
-    assert str(parse_accelerator(machine)) == expected
+    assert str(parse_request(machine)) == expected
 
 
 @pytest.mark.parametrize(
@@ -267,7 +269,7 @@ def test_a_machine_type_stands_for_its_accelerators(machine: str, expected: str)
 )
 def test_a_machine_type_takes_no_count(text: str, says: list[str]) -> None:
     with pytest.raises(ValueError) as info:
-        parse_accelerator(text)
+        parse_request(text)
     for words in says:
         assert words in str(info.value)
 
@@ -275,14 +277,14 @@ def test_a_machine_type_takes_no_count(text: str, says: list[str]) -> None:
 @pytest.mark.usefixtures("home")
 def test_a_catalog_machine_type_takes_no_count() -> None:
     with pytest.raises(ValueError) as info:
-        parse_accelerator("Standard_ND96asr_v4:2")
+        parse_request("Standard_ND96asr_v4:2")
     assert "Standard_ND96asr_v4" in str(info.value) and "no count" in str(info.value)
 
 
 @pytest.mark.usefixtures("home")
 def test_a_machine_type_that_takes_several_gpus_asks_which() -> None:
     with pytest.raises(ValueError) as info:
-        parse_accelerator("n1-standard-8")
+        parse_request("n1-standard-8")
     message = str(info.value)
     assert "n1-standard-8" in message
     assert all(gpu in message for gpu in ("P100", "P4", "T4", "V100"))
@@ -300,9 +302,81 @@ def test_a_machine_type_that_takes_several_gpus_asks_which() -> None:
 )
 def test_a_mistyped_machine_type_suggests_the_closest(typo: str, meant: str) -> None:
     with pytest.raises(ValueError) as info:
-        parse_accelerator(typo)
+        parse_request(typo)
     assert "did you mean" in str(info.value)
     assert meant in str(info.value)
+
+
+def test_the_core_parser_refuses_machine_types_that_parse_request_reads() -> None:
+    # ferry.accelerators knows names only (the catalog and the backends build on it);
+    # ferry.machines adds machine types
+    with pytest.raises(ValueError, match=r"unknown accelerator 'p4d\.24xlarge'"):
+        parse_accelerator("p4d.24xlarge")
+    assert parse_request("p4d.24xlarge") == Accelerator("A100", 8)
+    assert parse_request("A100:2") == parse_accelerator("A100:2")
+
+
+def test_ferry_modules_import_no_cycle() -> None:
+    """No Ferry module imports, even inside a function, one that imports it back (type-only
+    imports aside), but for the controller and the supervisor process, which the controller
+    reshaping separates."""
+    import ast
+    from pathlib import Path
+
+    import ferry
+
+    root = Path(ferry.__file__).parent
+    modules = {
+        ".".join(p.relative_to(root.parent).with_suffix("").parts).removesuffix(".__init__"): p
+        for p in root.rglob("*.py")
+    }
+
+    def owner(name: str) -> str:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name
+
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for module, path in modules.items():
+        tree = ast.parse(path.read_text())
+        typing_only = {
+            id(n)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING"
+            for n in ast.walk(node)
+        }
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [f"{node.module}.{a.name}" for a in node.names]
+                targets = [n if n in modules else owner(node.module) for n in names]
+            elif isinstance(node, ast.Import):
+                targets = [owner(a.name) for a in node.names]
+            else:
+                continue
+            graph[module] |= {t for t in targets if t.startswith("ferry") and t != module}
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, todo = set(), [start]
+        while todo:
+            here = todo.pop()
+            if here == goal:
+                return True
+            if here not in seen:
+                seen.add(here)
+                todo.extend(graph[here])
+        return False
+
+    reshaped_later = {"ferry.controller", "ferry.controller.jobs", "ferry.controller.attempts"}
+    reshaped_later.add("ferry.supervisor")
+    cycles = sorted(
+        (module, target)
+        for module, targets in graph.items()
+        for target in targets
+        if reaches(target, module) and not {module, target} <= reshaped_later
+    )
+    assert cycles == []
 
 
 def test_known_names_parse_without_the_catalog_and_quickly() -> None:

@@ -20,6 +20,17 @@ BACKENDS: dict[str, tuple[str, str | None]] = {
 }
 
 
+# The providers whose offerings the price catalog lists -> the backend that launches them
+# (None: no backend for it yet).
+BACKEND_OF: dict[str, str | None] = {
+    "aws": "sagemaker",
+    "azure": "azure",
+    "gcp": "vertex",
+    "lambda": None,
+}
+PROVIDERS = tuple(BACKEND_OF)
+
+
 def known_backends() -> list[str]:
     """Backend names a spec may use."""
     return list(BACKENDS)

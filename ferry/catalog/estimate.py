@@ -67,10 +67,9 @@ def runtime_estimate(
         return spec.est_runtime / 3600, "est_runtime"
     if store is None or not (spec.name or spec.command):
         return None, ""
-    from ferry.controller.jobs import derive_name
     from ferry.status import JobStatus
 
-    name = spec.name or derive_name(spec.command or ())
+    name = spec.job_name()
     runs = [
         job.ended_at - job.started_at
         for job in store.list_jobs([JobStatus.SUCCEEDED], limit=JOBS_LOOKED_AT)

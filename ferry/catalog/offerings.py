@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any, TextIO
 
 SHIPPED_DATE = datetime.date(2026, 12, 2)  # data/SOURCES.md
-PROVIDERS = ("aws", "azure", "gcp", "lambda")
 COLUMNS = (
     "provider",
     "region",
@@ -375,16 +374,17 @@ def select(
     """The offerings that match, cheapest first (by spot price with ``spot``).
 
     ``accelerator`` is a name or a request (``A100``, ``A100:8``, ``tpu-v5e-8``): with a
-    count, machines with at least that many; a TPU slice matches its size exactly.
+    count, machines with at least that many; a TPU slice matches its size exactly. A machine
+    type the offerings list (``p4d.24xlarge``, ``ml.p4d.24xlarge``) matches itself.
     """
     from ferry.accelerators import GPUS, parse_accelerator
 
     offerings = list(offerings)
-    wanted = parse_accelerator(accelerator) if accelerator else None
-    exact_count = wanted is not None and (":" in (accelerator or "") or wanted.is_tpu)
     machine = (accelerator or "").strip().lower().removeprefix("ml.")
     if not any(o.instance_type.lower() == machine for o in offerings):
         machine = ""  # an accelerator, not a machine type
+    wanted = parse_accelerator(accelerator) if accelerator and not machine else None
+    exact_count = wanted is not None and (":" in (accelerator or "") or wanted.is_tpu)
     providers, regions = set(providers), set(regions)
     out = []
     for o in offerings:

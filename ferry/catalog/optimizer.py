@@ -19,19 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ferry.backends.registry import BACKEND_OF
 from ferry.catalog.offerings import Catalog, Offering, load_catalog, refreshed_dir, replaced
 
 if TYPE_CHECKING:
     from ferry.accelerators import Accelerator
     from ferry.spec import JobSpec
 
-# The backend that launches each provider's offerings (None: no backend for it yet).
-BACKEND_OF: dict[str, str | None] = {
-    "gcp": "vertex",
-    "aws": "sagemaker",
-    "azure": "azure",
-    "lambda": None,
-}
 _GIB = 1024**3
 
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
+from ferry.backends.registry import PROVIDERS
 from ferry.catalog.offerings import (
-    PROVIDERS,
     SHIPPED_DATE,
     Flagged,
     Offering,

@@ -13,6 +13,7 @@ from ferry.cli._common import add_command, eprint, whole_number
 from ferry.errors import UsageError
 
 if TYPE_CHECKING:
+    from ferry.catalog.offerings import Offering
     from ferry.catalog.refresh import RefreshResult
 
 EXAMPLE = """\
@@ -64,7 +65,8 @@ def register(subparsers: Any) -> None:
 
 
 def catalog(args: argparse.Namespace) -> int:
-    from ferry.catalog.offerings import PROVIDERS, load_catalog, select
+    from ferry.backends.registry import PROVIDERS
+    from ferry.catalog.offerings import load_catalog, select
 
     for provider in args.provider:
         if provider not in PROVIDERS:
@@ -82,17 +84,29 @@ def catalog(args: argparse.Namespace) -> int:
     data = load_catalog()
     if args.flagged:
         return _flagged(data, args.json)
-    try:
-        rows = select(
+
+    def rows_for(accelerator: str | None) -> list[Offering]:
+        return select(
             data.offerings,
-            accelerator=args.accelerator,
+            accelerator=accelerator,
             providers=args.provider,
             regions=args.region,
             spot=args.spot,
             min_accelerator_memory_gib=min_memory,
         )
-    except ValueError as exc:
-        raise UsageError(f"--accelerator: {exc}", "see: ferry catalog for the names") from None
+
+    try:
+        rows = rows_for(args.accelerator)
+    except ValueError:
+        # a machine type the catalog does not list, which a backend names (a2-highgpu-8g):
+        # the accelerators it carries; or the error, naming the closest names and machines
+        from ferry.machines import parse_request
+
+        try:
+            rows = rows_for(str(parse_request(args.accelerator)))
+        except ValueError as exc:
+            hint = "see: ferry catalog for the names"
+            raise UsageError(f"--accelerator: {exc}", hint) from None
     if args.json:
         print(
             json.dumps(
@@ -185,7 +199,7 @@ def _flagged(data: Any, as_json: bool) -> int:
 
 
 def refresh(args: argparse.Namespace) -> int:
-    from ferry.catalog.offerings import PROVIDERS
+    from ferry.backends.registry import PROVIDERS
     from ferry.catalog.refresh import refresh as run_refresh
 
     for provider in args.refresh_providers:

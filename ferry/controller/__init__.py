@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 from ferry.controller.jobs import (
     LAUNCH_FILE,
     cancel,
-    derive_name,
     exit_status,
     jobs_root,
     preempt,
@@ -43,7 +42,6 @@ __all__ = [
     "STAGING_FILE",
     "Control",
     "cancel",
-    "derive_name",
     "describe_exit",
     "exit_status",
     "jobs_root",

@@ -33,17 +33,6 @@ LAUNCH_FILE = "launch.json"  # private (0600): the submitter's environment and s
 # Submission
 
 
-def derive_name(command: tuple[str, ...] | list[str]) -> str:
-    """A job name from its command: the script's stem (``train.py`` -> ``train``)."""
-    for word in command:
-        stem = Path(word).stem
-        if word.endswith((".py", ".sh", ".ipynb")) and stem:
-            return stem
-    if len(command) >= 3 and command[1] == "-m":
-        return command[2].rpartition(".")[2]
-    return Path(command[0]).name
-
-
 def _slug(name: str) -> str:
     slug = _SLUG_RE.sub("-", name.lower()).strip("-")[:40].strip("-")
     return slug or "job"
@@ -136,7 +125,7 @@ def submit(
             f"secret {missing[0]} is not set in this environment",
             f"export {missing[0]}=... before submitting, or remove it from secrets",
         )
-    name = spec.name or derive_name(spec.command or ())
+    name = spec.job_name()
     spec = spec.with_defaults(name=name, backend=backend_name).with_absolute_paths(Path.cwd())
     reconcile(store, admit=False)  # admission follows below, with this job in the queue
 
