@@ -381,7 +381,10 @@ def select(
 
     offerings = list(offerings)
     machine = (accelerator or "").strip().lower().removeprefix("ml.")
-    if not any(o.instance_type.lower() == machine for o in offerings):
+    types = {o.instance_type.lower() for o in offerings}
+    if machine and machine not in types and f"standard_{machine}" in types:
+        machine = f"standard_{machine}"  # Azure sizes are also written without it
+    if machine not in types:
         machine = ""  # an accelerator, not a machine type
     wanted = parse_accelerator(accelerator) if accelerator and not machine else None
     exact_count = wanted is not None and (":" in (accelerator or "") or wanted.is_tpu)

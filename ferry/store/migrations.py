@@ -78,15 +78,22 @@ MIGRATIONS: list[str] = [
     CREATE INDEX attempts_started ON attempts (started_at);
     """,
     # 4: what a job's attempts used of its retries, kept with the job, so that whichever
-    # process decides next (a new supervisor after a lost one) counts on from there; the
-    # preemptions of jobs stored before are those of their attempts
+    # process decides next (a new supervisor after a lost one) counts on from there. For
+    # jobs stored before, the preemptions are counted as they are from now on: each
+    # preempted attempt, and each resume after a lost supervisor (its event); an attempt
+    # left LOST by a stopped supervisor counts when its job is resumed, not before. (The
+    # statements are split at each semicolon: "_" stands for the one in the event's text.)
     """
     ALTER TABLE jobs ADD COLUMN preemptions INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE jobs ADD COLUMN retries INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE jobs ADD COLUMN code_retries INTEGER NOT NULL DEFAULT 0;
     UPDATE jobs SET preemptions = (
         SELECT COUNT(*) FROM attempts
-        WHERE attempts.job_id = jobs.id AND attempts.status IN ('PREEMPTED', 'LOST')
+        WHERE attempts.job_id = jobs.id AND attempts.status = 'PREEMPTED'
+    ) + (
+        SELECT COUNT(*) FROM events
+        WHERE events.job_id = jobs.id
+        AND events.message LIKE 'supervisor lost_ resuming in a new attempt%'
     );
     """,
 ]

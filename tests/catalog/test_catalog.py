@@ -73,6 +73,13 @@ def test_select_filters_and_sorts_like_the_catalog_command(home: Path) -> None:
     assert {o.count for o in select(offerings, accelerator="tpu-v6e-8")} == {8}
     with pytest.raises(ValueError, match="unknown accelerator"):
         select(offerings, accelerator="A1000")
+    # a machine type the catalog lists matches itself, with or without ml. or Standard_
+    for machine, listed in [
+        ("ml.p4d.24xlarge", "p4d.24xlarge"),
+        ("ND96asr_v4", "Standard_ND96asr_v4"),
+    ]:
+        rows = select(offerings, accelerator=machine)
+        assert rows and {o.instance_type for o in rows} == {listed}
 
 
 def test_cheapest_8xh100_spot_across_chosen_regions(home: Path) -> None:

@@ -260,11 +260,20 @@ def test_a_store_from_before_the_retry_counters_counts_its_preempted_attempts(
         f" updated_at) VALUES {row}, {row.replace('RECOVERING', 'QUEUED')}",
         ("a-1", "b-1"),
     )
-    for number, status in enumerate(["PREEMPTED", "FAILED", "LOST", "RUNNING"], 1):
+    # a-1: preempted once, then its supervisor was lost (and the job resumed), then its
+    # next supervisor was stopped by a reboot: that LOST attempt counts when the job is
+    # resumed, as it would have before
+    attempts = ["PREEMPTED", "LOST", "FAILED", "LOST"]
+    for number, status in enumerate(attempts, 1):
         db.execute(
             "INSERT INTO attempts (job_id, number, status, backend, host, log_path, started_at)"
             " VALUES ('a-1', ?, ?, 'local', 'h', '/l', 1)",
             (number, status),
+        )
+    for message in ("submitted", "supervisor lost; resuming in a new attempt (2 of 20)"):
+        db.execute(
+            "INSERT INTO events (job_id, at, kind, message) VALUES ('a-1', 1, 'note', ?)",
+            (message,),
         )
     db.commit()
     db.close()
