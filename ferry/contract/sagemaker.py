@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,12 @@ GROUP = "homogeneousCluster"  # the instance group of a job without heterogeneou
 
 
 def prepare(
-    root: Path, dirs: JobDirs, hyperparameters: dict[str, Any], inputs: dict[str, str]
+    root: Path,
+    dirs: JobDirs,
+    hyperparameters: dict[str, Any],
+    inputs: dict[str, str],
+    hosts: Sequence[str] = (HOST,),
+    current: str = HOST,
 ) -> dict[str, str]:
     """Write the ``opt_ml`` tree under ``root``; return the variables that point into it.
 
@@ -35,6 +41,8 @@ def prepare(
             ``output/data`` and ``output/tensorboard`` link to.
         hyperparameters: The job's hyperparameters (written as text, as SageMaker does).
         inputs: Input name -> staged local path, or a URI for a streamed input.
+        hosts: The job's hosts (a gang's nodes, ``Gang.sagemaker_hosts``), and ``current``
+            the one this is.
 
     Returns:
         ``SAGEMAKER_BASE_DIR`` and the ``SM_*`` variables, as the toolkit would compute them.
@@ -54,12 +62,12 @@ def prepare(
     files = {
         "hyperparameters.json": {k: hyperparameter_text(v) for k, v in hyperparameters.items()},
         "resourceconfig.json": {
-            "current_host": HOST,
-            "hosts": [HOST],
+            "current_host": current,
+            "hosts": list(hosts),
             "current_instance_type": "local",
             "current_group_name": GROUP,
             "instance_groups": [
-                {"instance_group_name": GROUP, "instance_type": "local", "hosts": [HOST]}
+                {"instance_group_name": GROUP, "instance_type": "local", "hosts": list(hosts)}
             ],
             "network_interface_name": "lo",
         },
@@ -89,8 +97,8 @@ def prepare(
         "SM_OUTPUT_DIR": str(root / "output"),
         "SM_RESOURCE_CONFIG": json.dumps(files["resourceconfig.json"]),
         "SM_INPUT_DATA_CONFIG": json.dumps(files["inputdataconfig.json"]),
-        "SM_HOSTS": json.dumps([HOST]),
-        "SM_CURRENT_HOST": HOST,
+        "SM_HOSTS": json.dumps(list(hosts)),
+        "SM_CURRENT_HOST": current,
         "SM_MODEL_DIR": str(root / "model"),
         "SM_OUTPUT_DATA_DIR": str(root / "output" / "data"),
         # A SageMaker job has its whole instance, and the toolkit counts every CPU of the

@@ -1,0 +1,133 @@
+"""A gang: the processes of one attempt across its nodes, and what each of them is told.
+
+A job with ``resources.nodes`` N and ``procs_per_node`` P runs N×P processes. Each gets the
+variables ``torchrun`` sets (so ``torch.distributed.init_process_group()`` and the
+libraries built on it find their peers with no code of Ferry's), its share of its node's
+GPUs, and the shapes Vertex AI and SageMaker give a distributed job (``CLUSTER_SPEC``,
+``TF_CONFIG``, ``SM_HOSTS``, ``SM_CURRENT_HOST``), so their samples run unchanged.
+
+Rank 0 is local rank 0 of node 0, whose address is ``MASTER_ADDR``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Gang:
+    """One node's view of an attempt's processes."""
+
+    hosts: tuple[str, ...]  # each node's address, by node rank
+    procs_per_node: int
+    node_rank: int  # this node's
+    master_port: int  # where rank 0 listens (on hosts[0])
+    gpus: tuple[int, ...] = ()  # this node's GPUs that the attempt holds
+    job_id: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.hosts:
+            raise ValueError("a gang has at least one node")
+        if self.procs_per_node < 1:
+            raise ValueError("a gang has at least one process per node")
+        if not 0 <= self.node_rank < len(self.hosts):
+            raise ValueError(f"node rank {self.node_rank} is not one of {len(self.hosts)} nodes")
+        if not 0 < self.master_port < 65536:
+            raise ValueError(f"{self.master_port} is not a port")
+        if self.gpus and len(self.gpus) % self.procs_per_node:
+            raise ValueError(
+                f"{len(self.gpus)} GPUs cannot be shared evenly by {self.procs_per_node}"
+                " processes; ask for a multiple of procs_per_node GPUs"
+            )
+
+    @property
+    def nodes(self) -> int:
+        return len(self.hosts)
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.procs_per_node
+
+    @property
+    def master_addr(self) -> str:
+        return self.hosts[0]
+
+    def rank(self, local_rank: int) -> int:
+        """The global rank of this node's process ``local_rank``."""
+        if not 0 <= local_rank < self.procs_per_node:
+            raise ValueError(f"local rank {local_rank} is not one of {self.procs_per_node}")
+        return self.node_rank * self.procs_per_node + local_rank
+
+    def gpus_of(self, local_rank: int) -> tuple[int, ...]:
+        """The GPUs process ``local_rank`` sees: an equal, contiguous share of the node's."""
+        share = len(self.gpus) // self.procs_per_node
+        return self.gpus[local_rank * share : (local_rank + 1) * share]
+
+    def node_env(self) -> dict[str, str]:
+        """What every process of this node gets: the node's place in the gang, as Ferry,
+        Vertex AI and SageMaker say it."""
+        addresses = [f"{host}:{self.master_port}" for host in self.hosts]
+        pool, index = (
+            ("workerpool0", 0) if self.node_rank == 0 else ("workerpool1", self.node_rank - 1)
+        )
+        cluster = {"workerpool0": addresses[:1]}
+        tf_cluster = {"chief": addresses[:1]}
+        if self.nodes > 1:
+            cluster["workerpool1"] = addresses[1:]
+            tf_cluster["worker"] = addresses[1:]
+        tf_task = (
+            {"type": "chief", "index": 0}
+            if self.node_rank == 0
+            else {
+                "type": "worker",
+                "index": self.node_rank - 1,
+            }
+        )
+        hosts = self.sagemaker_hosts()
+        return {
+            "FERRY_NODE_RANK": str(self.node_rank),
+            "FERRY_NUM_NODES": str(self.nodes),
+            "MASTER_ADDR": self.master_addr,
+            "MASTER_PORT": str(self.master_port),
+            "WORLD_SIZE": str(self.world_size),
+            "LOCAL_WORLD_SIZE": str(self.procs_per_node),
+            "NODE_RANK": str(self.node_rank),
+            "GROUP_RANK": str(self.node_rank),
+            # Vertex AI's (cloud.google.com/vertex-ai/docs/training/distributed-training)
+            "CLUSTER_SPEC": json.dumps(
+                {
+                    "cluster": cluster,
+                    "environment": "cloud",
+                    "task": {"type": pool, "index": index},
+                    "job": json.dumps({"job_id": self.job_id}) if self.job_id else "{}",
+                }
+            ),
+            "TF_CONFIG": json.dumps(
+                {"cluster": tf_cluster, "task": tf_task, "environment": "cloud"}
+            ),
+            # SageMaker's
+            "SM_HOSTS": json.dumps(list(hosts)),
+            "SM_CURRENT_HOST": hosts[self.node_rank],
+        }
+
+    def env(self, local_rank: int) -> dict[str, str]:
+        """What process ``local_rank`` of this node gets: the node's variables, and its own
+        rank and GPUs as ``torchrun`` gives them."""
+        gpus = self.gpus_of(local_rank)
+        return {
+            **self.node_env(),
+            "RANK": str(self.rank(local_rank)),
+            "LOCAL_RANK": str(local_rank),
+            "GROUP_WORLD_SIZE": str(self.nodes),
+            "ROLE_RANK": str(self.rank(local_rank)),
+            "ROLE_WORLD_SIZE": str(self.world_size),
+            "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in gpus),
+            "FERRY_NUM_GPUS": str(len(gpus)),
+        }
+
+    def sagemaker_hosts(self) -> tuple[str, ...]:
+        """The hosts as ``SM_HOSTS`` lists them: ``algo-1`` for one node, as SageMaker
+        names it; the nodes' own addresses for several, so that a script which takes
+        ``SM_HOSTS[0]`` as its master reaches it."""
+        return ("algo-1",) if self.nodes == 1 else self.hosts
