@@ -88,6 +88,29 @@ class Backend(abc.ABC):
     def launch(self, request: LaunchRequest) -> RunningAttempt:
         """Start one attempt; raise FerryError when it cannot start."""
 
+    # What an attempt of a job costs and gets here, asked at each launch (the controller
+    # records them with the attempt, and bills and stops it by them).
+
+    def price(self, job: Job) -> float:
+        """USD per hour an attempt of ``job`` costs here now (0: nothing)."""
+        return 0.0
+
+    def offering(self, job: Job) -> str:
+        """What an attempt of ``job`` runs on, in words (a report groups costs by it)."""
+        return self.name
+
+    def stop_grace(self, job: Job) -> float:
+        """Seconds between the stop notice and the end of an attempt of ``job``: the spec's
+        ``limits.stop_grace`` when given, else the backend's own."""
+        given = (job.spec.get("limits") or {}).get("stop_grace")
+        return float(given) if given is not None else self.default_grace()
+
+    def default_grace(self) -> float:
+        """The notice's length where the spec names none (GCP spot VMs give 30 s)."""
+        from ferry import defaults
+
+        return float(defaults.STOP_GRACE)
+
 
 def features_used(spec: JobSpec) -> dict[str, str]:
     """The optional features a spec relies on, with words for an error message."""

@@ -22,7 +22,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ferry import defaults
+from ferry import config, defaults
 from ferry.backends.base import Backend, LaunchRequest, RunningAttempt
 from ferry.backends.local_inventory import Inventory, local_inventory
 from ferry.errors import DoesNotFit, FerryError, SpecError
@@ -364,6 +364,14 @@ class LocalBackend(Backend):
     def inventory(self) -> Inventory:
         """This machine's resources (cached until the config changes)."""
         return local_inventory()
+
+    def price(self, job: Job) -> float:
+        """``local.price_hour``: what this machine costs, if the user says (0 by default)."""
+        return float(config.get("local.price_hour"))
+
+    def default_grace(self) -> float:
+        """``local.stop_grace`` (30 s by default)."""
+        return float(config.get("local.stop_grace"))
 
     def _check(self, spec: JobSpec) -> None:
         if spec.command and not spec.shell:

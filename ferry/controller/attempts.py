@@ -213,9 +213,7 @@ def _run_attempts(
     dirs = JobDirs.under(str(sync.local))
     limits = Limits.of(spec.get("retries"))
     caps = spec.get("limits") or {}
-    grace = float(
-        caps["stop_grace"] if caps.get("stop_grace") is not None else config.get("local.stop_grace")
-    )
+    grace = backend.stop_grace(job)
     max_runtime = caps.get("max_runtime")
     preempt_every = (spec.get("simulate") or {}).get("preempt_every")
     contract = spec.get("contract", "ferry")
@@ -243,7 +241,7 @@ def _run_attempts(
             return True
         if job.status.is_terminal():  # declared lost while this supervisor was starting
             return False
-        price = float(config.get("local.price_hour"))
+        price = backend.price(job)
         max_cost = caps.get("max_cost")
         spent = attempts_so_far_cost(store, job_id) if max_cost else 0.0
         if max_cost and spent + price * grace / 3600 >= max_cost:
@@ -252,11 +250,11 @@ def _run_attempts(
             return True
         attempt = store.add_attempt(
             job_id,
-            backend="local",
+            backend=backend.name,
             host=hostname(),
             log_dir=job.job_dir,
             price=price,
-            offering="local",
+            offering=backend.offering(job),
             **me,
         )
         try:

@@ -665,3 +665,31 @@ def test_a_job_may_submit_jobs_that_outlive_it(home: Path, project: Path) -> Non
     inner = result.stdout.strip()
     assert wait_status(inner, "SUCCEEDED", "FAILED", "CANCELLED")["status"] == "SUCCEEDED"
     assert ferry("logs", inner).stdout == "inner-done\n"
+
+
+def test_the_backend_says_an_attempts_price_offering_and_grace(home: Path) -> None:
+    from ferry.backends.local import LocalBackend
+    from ferry.store import open_store
+
+    store = open_store()
+    plain = store.create_job(
+        job_id="a-1", name="a", backend="local", spec={"command": ["x"]}, job_dir="/j", outputs="/o"
+    )
+    given = store.create_job(
+        job_id="b-1",
+        name="b",
+        backend="local",
+        spec={"command": ["x"], "limits": {"stop_grace": 2.5}},
+        job_dir="/j",
+        outputs="/o",
+    )
+    backend = LocalBackend()
+    assert (backend.price(plain), backend.offering(plain), backend.stop_grace(plain)) == (
+        0.0,
+        "local",
+        30.0,
+    )
+    assert ferry("config", "set", "local.price_hour", "1.5").returncode == 0
+    assert ferry("config", "set", "local.stop_grace", "10s").returncode == 0
+    assert (backend.price(plain), backend.stop_grace(plain)) == (1.5, 10.0)
+    assert backend.stop_grace(given) == 2.5  # the spec's own wins
