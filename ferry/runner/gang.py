@@ -24,7 +24,6 @@ class Gang:
     node_rank: int  # this node's
     master_port: int  # where rank 0 listens (on hosts[0])
     gpus: tuple[int, ...] = ()  # this node's GPUs that the attempt holds
-    job_id: str = ""
 
     def __post_init__(self) -> None:
         if not self.hosts:
@@ -68,22 +67,16 @@ class Gang:
         """What every process of this node gets: the node's place in the gang, as Ferry,
         Vertex AI and SageMaker say it."""
         addresses = [f"{host}:{self.master_port}" for host in self.hosts]
-        pool, index = (
-            ("workerpool0", 0) if self.node_rank == 0 else ("workerpool1", self.node_rank - 1)
-        )
+        # node 0 is Vertex AI's first worker pool (TensorFlow's chief), the others the second
+        first = self.node_rank == 0
+        index = 0 if first else self.node_rank - 1
         cluster = {"workerpool0": addresses[:1]}
         tf_cluster = {"chief": addresses[:1]}
         if self.nodes > 1:
             cluster["workerpool1"] = addresses[1:]
             tf_cluster["worker"] = addresses[1:]
-        tf_task = (
-            {"type": "chief", "index": 0}
-            if self.node_rank == 0
-            else {
-                "type": "worker",
-                "index": self.node_rank - 1,
-            }
-        )
+        task = {"type": "workerpool0" if first else "workerpool1", "index": index}
+        tf_task = {"type": "chief" if first else "worker", "index": index}
         hosts = self.sagemaker_hosts()
         return {
             "FERRY_NODE_RANK": str(self.node_rank),
@@ -99,8 +92,7 @@ class Gang:
                 {
                     "cluster": cluster,
                     "environment": "cloud",
-                    "task": {"type": pool, "index": index},
-                    "job": json.dumps({"job_id": self.job_id}) if self.job_id else "{}",
+                    "task": task,
                 }
             ),
             "TF_CONFIG": json.dumps(
