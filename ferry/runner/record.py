@@ -282,17 +282,11 @@ class RunFolderReader:
         the first one not there yet)."""
         if stream not in self._read:
             raise ValueError(f"no stream {stream!r}; the streams are {', '.join(STREAMS)}")
+        # the next numbers are asked for by name: no listing, which grows with the job
         out = bytearray()
-        for number in self._place.numbers(stream):
-            if number <= self._read[stream]:
-                continue
-            if number != self._read[stream] + 1:
-                break  # the one before is not there yet: keep the order
-            data = self._place.get(segment_name(stream, number))
-            if data is None:
-                break
+        while (data := self._place.get(segment_name(stream, self._read[stream] + 1))) is not None:
             out += data
-            self._read[stream] = number
+            self._read[stream] += 1
         return bytes(out)
 
     def complete(self, state: RunState) -> bool:

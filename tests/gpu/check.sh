@@ -12,15 +12,16 @@ OUT=${OUT:-/tmp/ferry-gpu-check}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/check.log") 2>&1
 cd "$(dirname "$0")/../.."
-if compgen -G ".whl/*.whl" >/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+PY=${PY:-python3}
+# wheels in .whl/ supply what the interpreter lacks (pydantic, on a machine that has torch)
+if ! "$PY" -c "import pydantic, pathspec" 2>/dev/null && compgen -G ".whl/*.whl" >/dev/null; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target /tmp/ferry-site .whl/*.whl || exit 1
     export PYTHONPATH=/tmp/ferry-site
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 export FERRY_HOME=${FERRY_HOME_CHECK:-/tmp/ferry-gpu-home}
 rm -rf "$FERRY_HOME"
-PY=${PY:-python3}
 ferry() { "$PY" -m ferry.cli.main "$@"; }
 ACCEL=${ACCEL-H200:1}
 acc=()

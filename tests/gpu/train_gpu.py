@@ -20,7 +20,6 @@ from torch import nn
 from ferry import runtime
 
 STEPS = int(os.environ.get("STEPS", "600"))
-WIDTH = int(os.environ.get("WIDTH", "4096"))
 notice = False
 
 
@@ -39,15 +38,17 @@ def main() -> int:
     else:
         print("no CUDA device visible to the job", flush=True)
         return 1
+    # a wide model keeps a GPU busy; a rehearsal on the CPU needs a small one
+    width = int(os.environ.get("WIDTH") or (4096 if device.type == "cuda" else 256))
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     print(f"device {name} CUDA_VISIBLE_DEVICES={visible}", flush=True)
     torch.manual_seed(0)
     model = nn.Sequential(
-        nn.Linear(WIDTH, WIDTH),
+        nn.Linear(width, width),
         nn.ReLU(),
-        nn.Linear(WIDTH, WIDTH),
+        nn.Linear(width, width),
         nn.ReLU(),
-        nn.Linear(WIDTH, 1),
+        nn.Linear(width, 1),
     ).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     ckpt_dir = Path(os.environ.get("FERRY_CHECKPOINT_DIR", "checkpoints"))
@@ -66,7 +67,7 @@ def main() -> int:
         torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, tmp)
         os.replace(tmp, ckpt)
 
-    x = torch.randn(2 * WIDTH, WIDTH, device=device)
+    x = torch.randn(2 * width, width, device=device)
     y = x[:, :1].clone()
     for step in range(start, STEPS):
         loss = nn.functional.mse_loss(model(x), y)
