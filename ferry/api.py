@@ -118,16 +118,23 @@ class Job:
             time.sleep(poll)
 
     def logs(
-        self, tail: int | None = None, attempt: int | None = None, stream: str | None = None
+        self,
+        tail: int | None = None,
+        attempt: int | None = None,
+        stream: str | None = None,
+        rank: int | None = None,
     ) -> str:
-        """The job's output as text (the last attempt unless ``attempt`` is given)."""
+        """The job's output as text (the last attempt unless ``attempt`` is given); only
+        ``stream``'s lines ("stdout" or "stderr") and ``rank``'s (of a gang) when given."""
         from ferry.logs import tail as read_tail
 
         path = _attempt_log(self._store, self.id, attempt)
         if path is None:
             return ""
         lines = [
-            line.text for line in read_tail(path, None) if stream is None or line.stream == stream
+            line.text
+            for line in read_tail(path, None)
+            if (stream is None or line.stream == stream) and (rank is None or line.rank == rank)
         ]
         if tail is not None:
             lines = lines[-tail:] if tail > 0 else []

@@ -1,4 +1,6 @@
-"""Reading attempt logs: each line is ``<UTC timestamp> <O|E> <text>`` (stdout or stderr).
+"""Reading attempt logs: each line is ``<UTC timestamp> <tag> <text>``, the tag being ``O``
+(stdout) or ``E`` (stderr), followed by the process's rank in a gang when it is not 0
+(``O1``, ``E3``).
 
 Readers take only complete lines, so following a log that is being written never shows half
 a line; the position to continue from is a byte offset.
@@ -9,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cache
 
 _STAMP_LEN = 24  # 2026-12-03T05:02:07.123Z
 
@@ -20,37 +23,49 @@ class LogLine:
     at: str  # ISO-8601 UTC timestamp
     stream: str  # "stdout" or "stderr"
     text: str
+    rank: int = 0  # the process's rank, in a gang
+
+
+_TAGGED = re.compile(rb"^(.{24}) ([OE])(\d*)(?: (.*)|$)", re.S)
 
 
 def parse_line(raw: bytes) -> LogLine:
     """Split a stored log line (without its newline)."""
-    if len(raw) > _STAMP_LEN + 2 and raw[_STAMP_LEN : _STAMP_LEN + 1] == b" ":
-        stream = "stderr" if raw[_STAMP_LEN + 1 : _STAMP_LEN + 2] == b"E" else "stdout"
-        return LogLine(
-            raw[:_STAMP_LEN].decode(), stream, raw[_STAMP_LEN + 3 :].decode("utf-8", "replace")
-        )
-    if len(raw) == _STAMP_LEN + 2:  # an empty line
-        stream = "stderr" if raw[-1:] == b"E" else "stdout"
-        return LogLine(raw[:_STAMP_LEN].decode(), stream, "")
-    return LogLine("", "stdout", raw.decode("utf-8", "replace"))
+    match = _TAGGED.match(raw)
+    if match is None:
+        return LogLine("", "stdout", raw.decode("utf-8", "replace"))
+    stamp, kind, rank, text = match.groups()
+    return LogLine(
+        stamp.decode(),
+        "stderr" if kind == b"E" else "stdout",
+        (text or b"").decode("utf-8", "replace"),
+        int(rank or 0),
+    )
 
 
-_STDERR_LINE = re.compile(rb"^.{24} E ", re.M)
-_PREFIX = re.compile(rb"^.{24} [OE] ", re.M)
-_STAMP_ONLY = re.compile(rb"^(.{24}) [OE] ", re.M)
+_STDERR_LINE = re.compile(rb"^.{24} E\d* ", re.M)
+_PREFIX = re.compile(rb"^.{24} [OE]\d* ", re.M)
+_STAMP_ONLY = re.compile(rb"^(.{24}) [OE]\d* ", re.M)
+# (timestamp, tag, rank digits, text with its newline) of every line
+_LINE = re.compile(rb"^(.{24}) ([OE])(\d*) (.*\n)", re.M)
 CHUNK = 1 << 20  # followers read at most about this much per step
 STREAMS = ("stdout", "stderr")
-# a whole raw line: of any stream (None), or of one
-_RAW_LINE = {
-    None: re.compile(rb"^.*\n", re.M),
-    "stdout": re.compile(rb"^.{24} O .*\n", re.M),
-    "stderr": re.compile(rb"^.{24} E .*\n", re.M),
-}
+_KIND = {"stdout": b"O", "stderr": b"E"}
 # (timestamp, text with its newline) of one stream's lines
 _TEXT_OF = {
-    "stdout": re.compile(rb"^(.{24}) O (.*\n)", re.M),
-    "stderr": re.compile(rb"^(.{24}) E (.*\n)", re.M),
+    "stdout": re.compile(rb"^(.{24}) O\d* (.*\n)", re.M),
+    "stderr": re.compile(rb"^(.{24}) E\d* (.*\n)", re.M),
 }
+
+
+@cache
+def _raw_line(stream: str | None, rank: int | None) -> re.Pattern[bytes]:
+    """Whole raw lines: of any stream (None) or of one; of any rank (None) or of one."""
+    if stream is None and rank is None:
+        return re.compile(rb"^.*\n", re.M)
+    kind = _KIND[stream] if stream else b"[OE]"
+    digits = rb"\d*" if rank is None else str(rank).encode() if rank else b""
+    return re.compile(rb"^.{24} " + kind + digits + rb" .*\n", re.M)
 
 
 def read_block(path: str, offset: int, limit: int = CHUNK) -> tuple[bytes, int]:
@@ -74,10 +89,12 @@ def read_block(path: str, offset: int, limit: int = CHUNK) -> tuple[bytes, int]:
     return data[: end + 1], offset + end + 1
 
 
-def tail_block(path: str, n: int, stream: str | None = None) -> tuple[bytes, int]:
+def tail_block(
+    path: str, n: int, stream: str | None = None, rank: int | None = None
+) -> tuple[bytes, int]:
     """The last ``n`` complete lines (raw), read from the end; only ``stream``'s lines
-    ("stdout" or "stderr") when given. Also returns the file's end offset."""
-    line = _RAW_LINE[stream]
+    ("stdout" or "stderr") and ``rank``'s when given. Also returns the file's end offset."""
+    line = _raw_line(stream, rank)
     pos = size = 0
     data = b""
     count = 0  # lines found, not counting the first of ``data`` (cut, unless at the start)
@@ -103,23 +120,48 @@ def tail_block(path: str, n: int, stream: str | None = None) -> tuple[bytes, int
     return b"".join(keep), pos + end + 1
 
 
-def text_of(block: bytes, timestamps: bool, stream: str | None = None) -> bytes:
+def text_of(
+    block: bytes,
+    timestamps: bool,
+    stream: str | None = None,
+    rank: int | None = None,
+    show_rank: bool = False,
+) -> bytes:
     """The text of raw log lines, in their order, without their prefixes (or with the
-    timestamp only); with ``stream`` ("stdout" or "stderr"), only that stream's lines."""
+    timestamp only); with ``stream`` ("stdout" or "stderr"), only that stream's lines;
+    with ``rank``, only that process's; with ``show_rank``, each led by ``[rank] ``."""
     if not block:
         return b""
+    if rank is not None or show_rank:
+        kind = _KIND[stream] if stream else None
+        want = None if rank is None else str(rank or "").encode()
+        out = bytearray()
+        for stamp, tag, digits, text in _LINE.findall(block):
+            if (kind is not None and tag != kind) or (want is not None and digits != want):
+                continue
+            if timestamps:
+                out += stamp + b" "
+            if show_rank:
+                out += b"[" + (digits or b"0") + b"] "
+            out += text
+        return bytes(out)
     if stream is None:
         return _STAMP_ONLY.sub(rb"\1 ", block) if timestamps else _PREFIX.sub(b"", block)
     keep = _TEXT_OF[stream].findall(block)
     return b"".join(stamp + b" " + text if timestamps else text for stamp, text in keep)
 
 
-def split_block(block: bytes, timestamps: bool) -> tuple[bytes, bytes]:
+def split_block(
+    block: bytes, timestamps: bool, rank: int | None = None, show_rank: bool = False
+) -> tuple[bytes, bytes]:
     """(stdout text, stderr text) of raw log lines, as :func:`text_of` gives them. Blocks
     with no stderr line, the common case, take the fast path."""
     if not _STDERR_LINE.search(block):
-        return text_of(block, timestamps), b""
-    return text_of(block, timestamps, "stdout"), text_of(block, timestamps, "stderr")
+        return text_of(block, timestamps, None, rank, show_rank), b""
+    return (
+        text_of(block, timestamps, "stdout", rank, show_rank),
+        text_of(block, timestamps, "stderr", rank, show_rank),
+    )
 
 
 def read_from(path: str, offset: int) -> tuple[list[LogLine], int]:

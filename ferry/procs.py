@@ -83,13 +83,26 @@ def name_this_process(name: str) -> None:
         file.write(name[:15])
 
 
-def is_supervisor(pid: int) -> bool:
-    """Whether ``pid`` is a Ferry supervisor."""
+RUNNER_NAME = "ferry-runner"
+
+
+def _named(pid: int, name: str) -> bool:
+    """Whether process ``pid`` carries the name ``name`` (see :func:`name_this_process`)."""
     try:
         with open(f"/proc/{pid}/comm") as file:
-            return file.read().strip() == SUPERVISOR_NAME
+            return file.read().strip() == name
     except OSError:
         return False
+
+
+def is_runner(pid: int) -> bool:
+    """Whether ``pid`` is a Ferry runner (a supervisor's, or one a backend started)."""
+    return _named(pid, RUNNER_NAME)
+
+
+def is_supervisor(pid: int) -> bool:
+    """Whether ``pid`` is a Ferry supervisor."""
+    return _named(pid, SUPERVISOR_NAME)
 
 
 # Helpers the supervisor starts itself (an alert command, the MLflow tracker): not part of
@@ -169,3 +182,14 @@ def environ_of(pid: int) -> list[bytes]:
             return file.read().split(b"\0")
     except OSError:
         return []
+
+
+def kill_job_group(pgid: int, job_id: str) -> None:
+    """SIGKILL the process group ``pgid`` of job ``job_id``'s attempt, if it is still that.
+    The group id is its leader's pid: while any member lives, Linux does not reuse it, and
+    a live process that has that pid must carry the job's FERRY_JOB_ID to be killed."""
+    marker = f"FERRY_JOB_ID={job_id}".encode()
+    if start_time(pgid) is not None and marker not in environ_of(pgid):
+        return
+    with contextlib.suppress(OSError):
+        os.killpg(pgid, signal.SIGKILL)

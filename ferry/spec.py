@@ -70,6 +70,8 @@ class Resources(_Model):
     memory: int | None = None  # bytes
     spot: bool = False
     nodes: int = Field(default=1, ge=1, le=10_000)
+    # processes per node (a gang with nodes); None: one per GPU of the node, or 1
+    procs_per_node: int | None = Field(default=None, ge=1, le=1024)
     # where a cloud offering may come from (empty: anywhere); used by --backend auto
     providers: tuple[str, ...] = ()
     regions: tuple[str, ...] = ()
@@ -118,6 +120,16 @@ class Resources(_Model):
         """GPUs per node (0 for CPU-only and TPU jobs)."""
         acc = self.accelerator_request
         return acc.count if acc and not acc.is_tpu else 0
+
+    @model_validator(mode="after")
+    def _shares(self) -> Resources:
+        gpus, procs = self.gpu_count, self.procs_per_node
+        if gpus and procs and gpus % procs:
+            raise ValueError(
+                f"{gpus} GPUs per node cannot be shared evenly by procs_per_node {procs};"
+                " ask for a multiple of procs_per_node GPUs"
+            )
+        return self
 
 
 class Input(_Model):

@@ -40,6 +40,7 @@ SUPERVISOR_LOG = "supervisor.log"
 _PRELOAD = (
     "ferry.controller.attempts",
     "ferry.backends.local",
+    "ferry.runner.run",
     "ferry.contract.env",
     "ferry.contract.sagemaker",
     "ferry.logs",
@@ -138,7 +139,7 @@ def prepare_launch() -> None:
         except Exception:  # only a head start: the job imports what it needs itself
             continue
     with contextlib.suppress(Exception):
-        from ferry.backends.local import prepare
+        from ferry.runner.spawn import prepare
 
         prepare()
 
@@ -164,7 +165,7 @@ def _detach() -> bool:
     subreaper) forking another must not adopt it as an orphan: it would count as one of its
     job's processes and be killed with them.
     """
-    from ferry.backends.local import not_subreaper
+    from ferry.runner.spawn import not_subreaper
 
     with not_subreaper():
         pid = os.fork()
@@ -180,7 +181,7 @@ def _detach() -> bool:
         os.setsid()
         if os.fork():
             os._exit(0)
-        from ferry.backends.local import forget_subreaper
+        from ferry.runner.spawn import forget_subreaper
 
         forget_subreaper()
         gc.freeze()  # never collect (and close) objects inherited from the submitter
@@ -298,6 +299,10 @@ def _record_crash(job_id: str, exc: Exception) -> None:
     from ferry.status import AttemptStatus, JobStatus
     from ferry.store import open_store
 
+    with contextlib.suppress(Exception):  # the attempt under way, and its runner
+        from ferry.backends.local import end_runner
+
+        end_runner()
     kill_descendants()
     try:
         store = open_store()

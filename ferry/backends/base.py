@@ -5,8 +5,8 @@ The controller calls a backend; a backend never decides retries or job status. I
 - ``check``s a spec at submit time and refuses what it cannot honour (nothing is silently
   ignored) or what could never fit;
 - ``admit``s queued jobs when it has room (the store calls this under its write lock);
-- ``launch``es one attempt and hands back a :class:`RunningAttempt` that the supervisor
-  waits on, stops and kills.
+- ``launch``es one attempt and hands back a :class:`RunningAttempt`, which the controller
+  polls (an :class:`Exit` once it has ended), stops and kills.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from ferry.errors import Unsupported
 from ferry.store.records import Allocation, Job
@@ -33,31 +33,57 @@ class LaunchRequest:
     cwd: str
     env: dict[str, str]
     log_path: str
+    run_folder: str  # where the attempt's runner records it (a folder, or a bucket prefix)
+    grace: float  # seconds between the stop notice and SIGKILL
+    procs_per_node: int = 1  # processes per node (a gang when the attempt has several)
+
+
+@dataclass(frozen=True)
+class Exit:
+    """How an attempt ended, as its backend saw it."""
+
+    EXITED: ClassVar[str] = "exited"  # its processes ran and ended with ``code``
+    PREEMPTED: ClassVar[str] = "preempted"  # the provider took its machine back
+    LOST: ClassVar[str] = "lost"  # it vanished without a recorded end
+    PROVIDER_FAILED: ClassVar[str] = "provider_failed"  # the provider failed it (reason)
+    NOT_STARTED: ClassVar[str] = "not_started"  # its command could not be started (reason)
+
+    outcome: str
+    code: int | None  # the exit code (-N: killed by signal N), when it exited
+    reason: str = ""  # in words: a failure with its last log lines, the provider's reason
+    cpu_seconds: float | None = None  # what its processes used, when the backend knows
+    peak_rss: float | None = None
 
 
 class RunningAttempt(abc.ABC):
-    """One launched attempt, as seen by the supervisor that waits on it."""
+    """One launched attempt, as the controller follows it. ``handle`` is stored with the
+    attempt (local: its runner's pid); ``pid`` is the local process whose descendants are
+    the attempt's processes, when there is one (sampled for telemetry)."""
 
-    handle: str  # stored with the attempt (local: the process group id)
+    handle: str
+    pid: int | None = None
 
     @abc.abstractmethod
-    def wait(self, timeout: float) -> int | None:
-        """Wait up to ``timeout`` seconds; return the exit code once the attempt has ended.
+    def poll(self) -> Exit | None:
+        """How the attempt ended, or None while it runs. Never blocks for long."""
 
-        A negative code means the command was killed by that signal.
-        """
+    def fileno(self) -> int | None:
+        """A descriptor that becomes readable when the attempt may have ended (local: the
+        runner's pidfd), for waiting on it; None: poll it now and then."""
+        return None
+
+    def events(self) -> list[str]:
+        """What its runner recorded doing since the last call (the notice sent, a failed
+        rank stopping the others), to add to the job's events."""
+        return []
 
     @abc.abstractmethod
     def stop(self) -> None:
-        """Ask the attempt to end (SIGTERM or the provider's equivalent)."""
+        """Deliver the stop notice (SIGTERM to every process, SIGKILL after the grace)."""
 
     @abc.abstractmethod
     def kill(self) -> None:
         """End the attempt now, with everything it started."""
-
-    def tail(self, lines: int) -> list[str]:
-        """The last log lines, for a failure reason."""
-        return []
 
 
 class Backend(abc.ABC):
@@ -87,6 +113,10 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def launch(self, request: LaunchRequest) -> RunningAttempt:
         """Start one attempt; raise FerryError when it cannot start."""
+
+    def cancel(self, job: Job, attempt: int, handle: str | None) -> None:  # noqa: B027
+        """End attempt ``attempt`` of ``job`` (launched with ``handle``) from any process:
+        the one that launched it may be gone. Does nothing to an attempt that has ended."""
 
     # What an attempt of a job costs and gets here, asked at each launch (the controller
     # records them with the attempt, and bills and stops it by them).

@@ -1,356 +1,324 @@
-"""The local backend: attempts run as process groups on this machine.
+"""The local backend: attempts run on this machine, each under a runner process.
 
-The supervisor (one detached process per job) launches the command in its own process group
-with a parent-death signal, tees stdout/stderr line by line with timestamps into the
-attempt's log, and on stop sends SIGTERM to the whole group, then SIGKILL after the grace.
-Being a child subreaper, the supervisor also finds descendants that left the group, so
-nothing the job started outlives it untracked.
+The supervisor (one detached process per job) keeps a runner (:mod:`ferry.runner`) as its
+child and hands it each attempt's order; the runner starts the command (or the gang), tees
+its output into the attempt's log, delivers the stop notice, and records the attempt in
+its run folder (``<job folder>/runs/<attempt>``), telling the supervisor the end as it
+does. Both die with their parent (a parent-death signal), and both are child subreapers,
+so nothing the job started outlives it untracked.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
+import gc
 import os
-import selectors
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Iterator, Sequence
-from functools import cache
+import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ferry import config, defaults
-from ferry.backends.base import Backend, LaunchRequest, RunningAttempt
+from ferry.backends.base import Backend, Exit, LaunchRequest, RunningAttempt
 from ferry.backends.local_inventory import Inventory, local_inventory
 from ferry.errors import DoesNotFit, FerryError, SpecError
-from ferry.procs import kill_descendants, reap_children
+from ferry.procs import kill_descendants
+from ferry.runner.spawn import check_executable, die_with_parent, forget_subreaper, spawn
 from ferry.store.records import Allocation, Job
 from ferry.units import format_size
 
 if TYPE_CHECKING:
+    from ferry.runner.order import RunOrder
+    from ferry.runner.record import RunFolderReader
     from ferry.spec import JobSpec
 
-_PR_SET_PDEATHSIG = 1
-_PR_SET_CHILD_SUBREAPER = 36
-# A line without a newline is written out after this long, so prompts and progress show.
-_PARTIAL_FLUSH = 0.5
-# After the main process exits, output still buffered in pipes is read for at most this long.
-_DRAIN_TIMEOUT = 2.0
 
+class LocalRun(RunningAttempt):
+    """An attempt on this machine, run by this process's runner (:class:`_Runner`), and
+    the run folder the runner records it in."""
 
-@cache
-def _libc() -> object:
-    import ctypes
+    def __init__(self, request: LaunchRequest) -> None:
+        from ferry.runner.order import RunOrder
+        from ferry.runner.record import RunFolderReader
 
-    return ctypes.CDLL(None, use_errno=True)
-
-
-def _prctl(option: int, value: int) -> None:
-    if sys.platform.startswith("linux"):
-        _libc().prctl(option, value, 0, 0, 0)  # type: ignore[attr-defined]
-
-
-_subreaper = False
-
-
-def become_subreaper() -> None:
-    """Orphaned descendants of this process are re-parented to it, not to init."""
-    global _subreaper
-    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
-    _subreaper = True
-
-
-def forget_subreaper() -> None:
-    """In a forked child: the flag is not inherited by the kernel, so drop ours too."""
-    global _subreaper
-    _subreaper = False
-
-
-@contextlib.contextmanager
-def not_subreaper() -> Iterator[None]:
-    """Stop being a subreaper for a moment (while starting a process that must be left to
-    init rather than adopted)."""
-    if not _subreaper:
-        yield
-        return
-    _prctl(_PR_SET_CHILD_SUBREAPER, 0)
-    try:
-        yield
-    finally:
-        _prctl(_PR_SET_CHILD_SUBREAPER, 1)
-
-
-class _Timestamps:
-    """ISO-8601 UTC timestamps with milliseconds, formatted once per second."""
-
-    def __init__(self) -> None:
-        self._second = -1
-        self._prefix = ""
-
-    def now(self) -> bytes:
-        t = time.time()
-        second = int(t)
-        if second != self._second:
-            self._second = second
-            self._prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-        return f"{self._prefix}.{int((t - second) * 1000):03d}Z".encode()
-
-
-def _spawn(argv: list[str], options: dict[str, Any]) -> subprocess.Popen[bytes]:
-    """Start ``argv`` in a process group of its own that dies with this process."""
-    wrapper = _pdeathsig_wrapper()
-    if wrapper:
-        # setpriv sets the parent-death signal and execs the command: far cheaper than
-        # running Python in the forked child (preexec_fn), which also rules out vfork.
-        return subprocess.Popen([*wrapper, *argv], process_group=0, **options)
-    parent = os.getpid()
-
-    def child_setup() -> None:  # runs in the child between fork and exec
-        os.setpgid(0, 0)
-        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent:  # the supervisor died before prctl took effect
-            os._exit(137)
-
-    return subprocess.Popen(argv, preexec_fn=child_setup, **options)
-
-
-def prepare() -> None:
-    """Do now what starting the first command would otherwise do: probe for setpriv, and
-    load the C library's prctl (the subreaper and parent-death settings)."""
-    _pdeathsig_wrapper()
-    if sys.platform.startswith("linux"):
-        _libc()
-
-
-@cache
-def _pdeathsig_wrapper() -> tuple[str, ...]:
-    """``setpriv --pdeathsig KILL --`` (util-linux) where available, else nothing."""
-    import shutil
-
-    setpriv = shutil.which("setpriv")
-    if not setpriv or not sys.platform.startswith("linux"):
-        return ()
-    probe = subprocess.run(
-        [setpriv, "--pdeathsig", "KILL", "--", "true"], capture_output=True, check=False
-    )
-    return (setpriv, "--pdeathsig", "KILL", "--") if probe.returncode == 0 else ()
-
-
-def _check_executable(name: str, env: dict[str, str], cwd: str) -> None:
-    """Fail clearly if the command's first word names no program exec could run."""
-    import shutil
-
-    hint = "check the command's first word, or use shell: true for shell syntax"
-    if "/" in name:
-        path = os.path.join(cwd, name)
-        if not os.path.exists(path):
-            raise FerryError(f"command not found: {name}", hint)
-        if os.path.isdir(path) or not os.access(path, os.X_OK):
-            raise FerryError(
-                f"cannot execute {name}: permission denied",
-                f"make it executable (chmod +x {name}) or run it with its interpreter",
-            )
-    elif shutil.which(name, path=env.get("PATH", os.defpath)) is None:
-        raise FerryError(f"command not found: {name}", hint)
-
-
-class LocalAttempt(RunningAttempt):
-    """A process group on this machine and the log it writes."""
-
-    def __init__(self, request: LaunchRequest, wake_fd: int | None) -> None:
-        self._log = os.open(request.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        try:
-            _check_executable(request.argv[0], request.env, request.cwd)
-        except FerryError:
-            os.close(self._log)
-            raise
-        common: dict[str, Any] = {
-            "cwd": request.cwd,
-            "env": request.env,
-            "stdin": subprocess.DEVNULL,
-            "stdout": subprocess.PIPE,
-            "stderr": subprocess.PIPE,
-            "close_fds": True,
-        }
-        try:
-            self._proc = _spawn(request.argv, common)
+        # refused here as before launching: the same check the runner makes, without
+        # sending it a command that is not there
+        check_executable(request.argv[0], request.env, request.cwd)
+        self.folder = Path(request.run_folder)
+        order = RunOrder(
+            attempt=request.attempt,
+            argv=request.argv,
+            cwd=request.cwd,
+            env=request.env,
+            grace=request.grace,
+            log_file=request.log_path,
+            procs_per_node=request.procs_per_node,
+            gpus=list(request.job.allocation.gpus),
+            durable=False,  # the store is the truth here; state.json needs no sync
+        )
+        try:  # (the order is handed over in memory: no order.json to write)
+            self._runner = _Runner.send(self.folder, order)
         except OSError as exc:
-            os.close(self._log)
-            hint = "check the command and its environment"
-            if exc.errno == errno.E2BIG:
-                hint = "the command line and environment are too large; pass data in files"
-            raise FerryError(f"cannot start the command: {exc.strerror}", hint) from None
-        self.pid = self._proc.pid
-        self.handle = str(self.pid)  # the group id equals the leader's pid
-        self._stamps = _Timestamps()
-        self._selector = selectors.DefaultSelector()
-        assert self._proc.stdout is not None and self._proc.stderr is not None
-        self._streams = {
-            self._proc.stdout.fileno(): b"O",
-            self._proc.stderr.fileno(): b"E",
-        }
-        self._partial: dict[int, tuple[bytes, float]] = {}
-        for fd in self._streams:
-            os.set_blocking(fd, False)
-            self._selector.register(fd, selectors.EVENT_READ)
-        self._wake_fd = wake_fd
-        if wake_fd is not None:
-            self._selector.register(wake_fd, selectors.EVENT_READ)
-        # A pidfd becomes readable when the main process exits: no polling for its end.
-        self._pidfd: int | None = None
-        with contextlib.suppress(OSError, AttributeError):
-            self._pidfd = os.pidfd_open(self.pid)
-            self._selector.register(self._pidfd, selectors.EVENT_READ)
-        self._tail: list[str] = []
-        self.returncode: int | None = None
-        self._killed = False
+            hint = "check the job's folder and this machine's limits"
+            raise FerryError(f"cannot start the attempt's runner: {exc}", hint) from None
+        self.pid: int = self._runner.pid
+        self.handle = str(self.pid)
+        self._reader = RunFolderReader(str(self.folder))
+        self._exit: Exit | None = None
 
-    # -- output ----------------------------------------------------------------------------
+    def fileno(self) -> int | None:
+        return self._runner.replies if self._exit is None else None
 
-    def _emit(self, tag: bytes, lines: Sequence[bytes]) -> None:
-        stamp = self._stamps.now()
-        out = b"".join(stamp + b" " + tag + b" " + line + b"\n" for line in lines)
-        os.write(self._log, out)
-        for line in lines[-defaults.REASON_LOG_LINES :]:
-            self._tail.append(line.decode("utf-8", "replace"))
-        del self._tail[: -defaults.REASON_LOG_LINES]
+    def poll(self) -> Exit | None:
+        if self._exit is None:
+            ended = self._runner.ended()
+            if ended is not None:
+                self._exit = _exit_from(self._reader, *ended)
+        return self._exit
 
-    def _read(self, fd: int) -> bool:
-        """Read what is there; False at end of stream."""
-        try:
-            chunk = os.read(fd, 1 << 16)
-        except BlockingIOError:
-            return True
-        if not chunk:
-            pending, _ = self._partial.pop(fd, (b"", 0.0))
-            if pending:
-                self._emit(self._streams[fd], [pending])
-            self._selector.unregister(fd)
-            return False
-        pending, since = self._partial.get(fd, (b"", 0.0))
-        data = (pending + chunk).replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        *lines, rest = data.split(b"\n")
-        if lines:
-            self._emit(self._streams[fd], lines)
-        if rest:
-            self._partial[fd] = (rest, since if pending and not lines else time.monotonic())
-        else:
-            self._partial.pop(fd, None)
-        return True
-
-    def _flush_partials(self, force: bool = False) -> None:
-        now = time.monotonic()
-        for fd, (pending, since) in list(self._partial.items()):
-            if force or now - since >= _PARTIAL_FLUSH:
-                self._emit(self._streams[fd], [pending])
-                del self._partial[fd]
-
-    def _open_streams(self) -> list[int]:
-        return [fd for fd in self._streams if fd in self._selector.get_map()]
-
-    def _poll_io(self, timeout: float, until_exit: bool) -> None:
-        """Move output to the log for up to ``timeout`` seconds.
-
-        Returns early on a wake-up (a signal for the supervisor), when ``until_exit`` and the
-        main process has exited, or when every stream has closed.
-        """
-        deadline = time.monotonic() + timeout
-        while True:
-            if not until_exit and not self._open_streams():
-                return
-            remaining = deadline - time.monotonic()
-            if self._partial:
-                remaining = min(remaining, _PARTIAL_FLUSH)
-            if self._pidfd is None and until_exit:
-                # no pidfd (old kernel): notice the exit by polling, a little at a time
-                if self._proc.poll() is not None:
-                    return
-                remaining = min(remaining, 0.01)
-            woke = exited = False
-            for key, _ in self._selector.select(max(0.0, remaining)):
-                if key.fd == self._wake_fd:
-                    woke = True
-                    with contextlib.suppress(BlockingIOError):
-                        os.read(key.fd, 4096)
-                elif key.fd == self._pidfd:
-                    exited = True
-                    self._selector.unregister(key.fd)
-                    os.close(key.fd)
-                    self._pidfd = None
-                else:
-                    self._read(key.fd)
-            self._flush_partials()
-            if woke or (exited and until_exit) or time.monotonic() >= deadline:
-                return
-
-    # -- life ------------------------------------------------------------------------------
-
-    def wait(self, timeout: float) -> int | None:
-        if self.returncode is not None:
-            return self.returncode
-        self._poll_io(timeout, until_exit=True)
-        code: int | None = self._proc.poll()
-        if code is None:
-            return None
-        self._finish()
-        self.returncode = code
-        return code
-
-    def _finish(self) -> None:
-        """The main process ended: end what it left behind, then read the last output."""
-        if self._pidfd is not None:
-            self._selector.unregister(self._pidfd)
-            os.close(self._pidfd)
-            self._pidfd = None
-        self._signal_group(signal.SIGTERM)  # whatever the main process left in its group
-        end = time.monotonic() + _DRAIN_TIMEOUT
-        while time.monotonic() < end:
-            if self._open_streams():
-                self._poll_io(min(0.05, end - time.monotonic()), until_exit=False)
-            else:
-                reap_children()
-                if not self._group_alive():
-                    break
-                time.sleep(0.01)
-        if self._open_streams() or self._group_alive():
-            self._signal_group(signal.SIGKILL)
-            kill_descendants()
-            self._poll_io(_DRAIN_TIMEOUT, until_exit=False)
-        self._flush_partials(force=True)
-        kill_descendants()
-        for fd in self._open_streams():
-            self._selector.unregister(fd)
-        self._selector.close()
-        assert self._proc.stdout is not None and self._proc.stderr is not None
-        self._proc.stdout.close()
-        self._proc.stderr.close()
-        os.close(self._log)
-
-    def _group_alive(self) -> bool:
-        try:
-            os.killpg(self.pid, 0)
-        except (ProcessLookupError, PermissionError):
-            return False
-        return True
-
-    def _signal_group(self, sig: int) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, sig)
+    def events(self) -> list[str]:
+        return _event_messages(self._reader)
 
     def stop(self) -> None:
-        self._signal_group(signal.SIGTERM)
+        if self.poll() is None:  # the notice, for this attempt (not one sent after it)
+            self._runner.tell(b"stop\n")
 
     def kill(self) -> None:
-        self._killed = True
-        self._signal_group(signal.SIGKILL)
-        # Descendants that left the group are killed in _finish, once the main process has
-        # been reaped: reaping here could steal its exit status from Popen.
+        if self.poll() is None:
+            self._runner.signal(signal.SIGKILL)  # its processes die with it (parent-death)
 
-    def tail(self, lines: int) -> list[str]:
-        return self._tail[-lines:]
+
+class _Runner:
+    """This process's runner: a child that runs its attempts one at a time (an order
+    down a socket, ``done`` and the end's state back up a pipe), started at the first
+    attempt and again after it died. Forked when this process has one thread (a
+    millisecond, once), else ``python -m ferry.runner --serve``. It dies with this
+    process, and its attempts' processes die with it."""
+
+    _current: _Runner | None = None
+
+    def __init__(self) -> None:
+        import socket
+
+        from ferry.procs import SPAWN_LOCK, spare
+
+        self.owner = os.getpid()  # a process forked from it (a supervisor) has none yet
+        # a socket, not a pipe: a send to a runner that died fails instead of raising
+        # SIGPIPE (which ends a supervisor)
+        self.orders, theirs = socket.socketpair()
+        orders_read = theirs.detach()
+        self.replies, replies_write = os.pipe()
+        os.set_blocking(self.replies, False)
+        self._answer = b""
+        self._proc: subprocess.Popen[bytes] | None = None
+        self.dead: int | None = None  # its exit status, once it has ended
+        try:
+            if threading.active_count() == 1 and hasattr(os, "fork"):
+                # (no other thread here to reap it before it is spared; and no lock held
+                # across the fork, which the child would inherit held)
+                self.pid = _fork_runner(orders_read, replies_write)
+                spare(self.pid)  # not one of an attempt's processes, to kill or reap
+            else:
+                command = [sys.executable, "-m", "ferry.runner", "--serve"]
+                with SPAWN_LOCK:
+                    self._proc = spawn(
+                        [*command, str(orders_read), str(replies_write)],
+                        {"stdin": subprocess.DEVNULL, "pass_fds": (orders_read, replies_write)},
+                    )
+                    self.pid = self._proc.pid
+                    spare(self.pid)
+        except BaseException:
+            self.orders.close()
+            os.close(self.replies)
+            raise
+        finally:
+            os.close(orders_read)
+            os.close(replies_write)
+
+    @classmethod
+    def send(cls, folder: Path, order: RunOrder) -> _Runner:
+        """Hand ``order`` to this process's runner (started now when there is none)."""
+        import json
+
+        message = json.dumps({"folder": str(folder), "order": order.fields()}).encode() + b"\n"
+        runner = cls._current
+        if runner is not None and runner.owner != os.getpid():
+            # inherited by a fork: the parent's, whose descriptor numbers may now be this
+            # process's other files; let go of the socket without closing anything
+            runner.orders.detach()
+            runner = None
+        if runner is None or runner.dead is not None:
+            runner = cls._current = cls()
+        if not runner.tell(message):  # it died since its last attempt: a new one
+            runner.ended()  # (reaps it)
+            runner.close()
+            runner = cls._current = cls()
+            if not runner.tell(message):
+                raise OSError("the runner ended as it started")
+        return runner
+
+    @classmethod
+    def end_current(cls) -> None:
+        """Kill this process's runner, and what it runs (a supervisor that failed)."""
+        runner = cls._current
+        if runner is not None and runner.owner == os.getpid() and runner.dead is None:
+            runner.signal(signal.SIGKILL)
+            runner._reap()
+
+    def tell(self, message: bytes) -> bool:
+        """Send ``message``; False when the runner is gone."""
+        import socket
+
+        try:
+            self.orders.sendall(message, socket.MSG_NOSIGNAL)
+        except OSError:
+            return False
+        return True
+
+    def ended(self) -> tuple[int, bytes] | None:
+        """None while the attempt it was sent runs; once it has ended, (0, the end's
+        state as JSON, or nothing when it could not record it), or (the runner's exit
+        status, nothing) when the runner itself ended (killed) before answering."""
+        while True:
+            try:
+                chunk = os.read(self.replies, 1 << 16)
+            except BlockingIOError:
+                return None
+            except OSError:  # (closed here: it was reaped)
+                chunk = b""
+            if not chunk:
+                break
+            self._answer += chunk
+            if self._answer.endswith(b"\n"):
+                answer, self._answer = self._answer, b""
+                return 0, answer.removeprefix(b"done").strip()
+        self._reap()  # end of the pipe: the runner is gone
+        assert self.dead is not None
+        return self.dead, b""
+
+    def _reap(self) -> None:
+        from ferry.procs import unspare
+
+        if self.owner == os.getpid() and self.orders.fileno() >= 0:
+            if self._proc is not None:
+                self.dead = self._proc.wait()
+            else:
+                try:
+                    self.dead = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+                except ChildProcessError:
+                    self.dead = -signal.SIGKILL
+            unspare(self.pid)
+            self.close()
+            kill_descendants()  # what a killed runner left, re-parented to this process
+
+    def signal(self, sig: int) -> None:
+        if self.dead is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def close(self) -> None:
+        self.orders.close()
+        with contextlib.suppress(OSError):
+            os.close(self.replies)
+        self.replies = -1
+        if self.dead is None:
+            self.dead = -signal.SIGKILL
+
+
+def end_runner() -> None:
+    """Kill this process's runner and what it runs (a supervisor that failed)."""
+    _Runner.end_current()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _max_fd() -> int:
+    try:
+        return max(int(fd) for fd in os.listdir("/proc/self/fd")) + 1
+    except (OSError, ValueError):
+        return 1024
+
+
+def _fork_runner(orders: int, replies: int) -> int:
+    """Fork the runner; in the child, serve the orders and never return."""
+    parent = os.getpid()
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:
+        # what it inherited is never collected: the collector would walk (and copy, page
+        # by page) the supervisor's objects at every full collection
+        gc.freeze()
+        die_with_parent()
+        if os.getppid() != parent:  # this process died before prctl took effect
+            os._exit(137)
+        os.setpgid(0, 0)  # signals to the supervisor's group are not the job's
+        forget_subreaper()  # (the runner becomes one of its own)
+        top = max(orders, replies)  # keep only the standard streams and its two pipes
+        os.closerange(3, min(orders, replies))
+        os.closerange(min(orders, replies) + 1, top)
+        os.closerange(top + 1, _max_fd())
+        from ferry.runner.run import serve
+
+        code = serve(orders, replies)
+    except BaseException:
+        import traceback
+
+        with contextlib.suppress(BaseException):
+            traceback.print_exc()
+    os._exit(code)
+
+
+def _event_messages(reader: RunFolderReader) -> list[str]:
+    """The messages of the run folder's new events."""
+    import json
+
+    from ferry.runner.record import RunFolderError
+
+    try:
+        data = reader.read("events")
+    except RunFolderError:
+        return []
+    messages = []
+    for line in data.splitlines():
+        with contextlib.suppress(ValueError, TypeError, AttributeError):
+            messages.append(str(json.loads(line)["message"]))
+    return messages
+
+
+def _exit_from(reader: RunFolderReader, runner_code: int, told: bytes) -> Exit:
+    """How the attempt ended: as the runner ``told`` (the end's state), else as its run
+    folder says (the runner that recorded it has ended with ``runner_code``)."""
+    from ferry.runner.record import RunFolderError, RunState
+    from ferry.runner.run import NOT_STARTED
+    from ferry.status import describe_exit
+
+    try:
+        state = RunState.from_json(told, "the runner's answer") if told else reader.state()
+    except RunFolderError:
+        state = None
+    if state is None or not state.ended:
+        if runner_code == 0:  # (it said so on its standard error, in supervisor.log)
+            return Exit(Exit.LOST, None, "its runner could not record the attempt's end")
+        how = describe_exit(runner_code)
+        return Exit(Exit.LOST, None, f"its runner ended ({how}) before recording the end")
+    if state.outcome == NOT_STARTED:
+        return Exit(Exit.NOT_STARTED, None, state.reason or "the command could not be started")
+    return Exit(
+        Exit.EXITED,
+        state.exit_code,
+        state.reason or "",
+        cpu_seconds=state.cpu_seconds,
+        peak_rss=state.peak_rss,
+    )
 
 
 class LocalBackend(Backend):
@@ -378,7 +346,7 @@ class LocalBackend(Backend):
             # as the job will see it: PATH led by this interpreter's folder, in the snapshot
             path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
             try:
-                _check_executable(spec.command[0], {"PATH": path}, spec.code)
+                check_executable(spec.command[0], {"PATH": path}, spec.code)
             except FerryError as exc:
                 raise SpecError(exc.message, exc.hint) from None
         inv = self.inventory
@@ -449,5 +417,25 @@ class LocalBackend(Backend):
             memory -= need.memory
         return chosen
 
-    def launch(self, request: LaunchRequest, wake_fd: int | None = None) -> LocalAttempt:
-        return LocalAttempt(request, wake_fd)
+    def launch(self, request: LaunchRequest) -> LocalRun:
+        return LocalRun(request)
+
+    def cancel(self, job: Job, attempt: int, handle: str | None) -> None:
+        """SIGKILL the process groups of the attempt's processes, as its run folder records
+        them: every process that stayed in them dies at once. (Its runner, the handle,
+        serves its supervisor's attempts and dies with that supervisor.)"""
+        from ferry.procs import kill_job_group
+        from ferry.runner.record import RunFolderError, RunFolderReader
+
+        with contextlib.suppress(RunFolderError, OSError):
+            state = RunFolderReader(str(run_folder(job, attempt))).state()
+            for pgid in state.pids if state is not None else []:
+                kill_job_group(pgid, job.id)
+
+
+RUNS = "runs"  # <job folder>/runs/<attempt>: the run folders of local attempts
+
+
+def run_folder(job: Job, attempt: int) -> Path:
+    """Where attempt ``attempt`` of ``job`` records itself on this machine."""
+    return Path(job.job_dir) / RUNS / str(attempt)

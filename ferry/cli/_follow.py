@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ferry import defaults
@@ -15,14 +16,40 @@ if TYPE_CHECKING:
     from ferry.store import Attempt, Job, Store
 
 
-def write_block(block: bytes, timestamps: bool, streams: str) -> None:
+@dataclass(frozen=True)
+class Ranks:
+    """Which processes of a gang are shown: one (``only``), or all of them, each line led by
+    its rank (``prefix``) when there are several."""
+
+    only: int | None = None
+    prefix: bool = False
+
+    @classmethod
+    def of(cls, job: Job, only: int | None) -> Ranks:
+        """For ``job``: ``only`` that rank (None: all), refused when it has no such rank."""
+        from ferry.runner.gang import procs_per_node
+
+        size = procs_per_node(job.spec) * int((job.spec.get("resources") or {}).get("nodes") or 1)
+        if only is not None and not 0 <= only < size:
+            from ferry.errors import UsageError
+
+            have = f"ranks 0 to {size - 1}" if size > 1 else "one process, rank 0"
+            raise UsageError(f"job {job.id} has no rank {only}; it has {have}")
+        return cls(only, only is None and size > 1)
+
+
+ALL = Ranks()
+
+
+def write_block(block: bytes, timestamps: bool, streams: str, ranks: Ranks = ALL) -> None:
     """Print raw log lines: with ``streams`` "split", stdout lines to stdout and stderr lines
     to stderr (as the script wrote them); with "all", both to stdout in their order; with
-    "stdout" or "stderr", only that stream's lines, to stdout."""
+    "stdout" or "stderr", only that stream's lines, to stdout. ``ranks``: whose lines."""
     if streams == "split":
-        out, err = split_block(block, timestamps)
+        out, err = split_block(block, timestamps, ranks.only, ranks.prefix)
     else:
-        out, err = text_of(block, timestamps, streams if streams in STREAMS else None), b""
+        only = streams if streams in STREAMS else None
+        out, err = text_of(block, timestamps, only, ranks.only, ranks.prefix), b""
     for data, stream in ((out, sys.stdout), (err, sys.stderr)):
         if data:
             try:
@@ -43,6 +70,7 @@ def follow(
     tail: int | None = None,
     on_tick: Callable[[], None] | None = None,
     progress: bool = False,
+    rank: int | None = None,
 ) -> Job:
     """Print the job's output as it is written until the job ends; return the final job.
 
@@ -50,11 +78,13 @@ def follow(
     moves on to each later attempt unless ``attempt`` pins one. ``tail`` limits the lines
     shown from what was already written when following starts; ``streams`` says which
     lines are printed where (see :func:`write_block`). With ``progress``, a line
-    under the output shows the step, rate, ETA and latest metrics (on a terminal).
+    under the output shows the step, rate, ETA and latest metrics (on a terminal). A gang's
+    lines are each led by their rank, unless ``rank`` keeps one process's.
     """
     status = _StatusLine(progress)
+    ranks = Ranks.of(store.get_job(job_id), rank)
     try:
-        return _follow(store, job_id, attempt, timestamps, streams, tail, on_tick, status)
+        return _follow(store, job_id, attempt, timestamps, streams, tail, on_tick, status, ranks)
     finally:
         status.end()
 
@@ -68,6 +98,7 @@ def _follow(
     tail: int | None,
     on_tick: Callable[[], None] | None,
     status: _StatusLine,
+    ranks: Ranks,
 ) -> Job:
     from ferry.controller import reconcile
 
@@ -77,7 +108,7 @@ def _follow(
 
     def write(block: bytes) -> None:
         status.clear()
-        write_block(block, timestamps, streams)
+        write_block(block, timestamps, streams, ranks)
         status.redraw()
 
     while True:
@@ -100,7 +131,7 @@ def _follow(
                 current = pick[-1]
                 if tail is not None:
                     only = streams if streams in STREAMS else None
-                    block, offset = tail_block(current.log_path, tail, only)
+                    block, offset = tail_block(current.log_path, tail, only, ranks.only)
                     write(block)
         if current is not None:
             block, offset = read_block(current.log_path, offset)
@@ -117,12 +148,12 @@ def _follow(
             mine = next((a for a in attempts if a.number == current.number), current)
             if attempt is not None and mine.status.is_terminal():
                 status.clear()
-                drain(current.log_path, offset, timestamps, streams)
+                drain(current.log_path, offset, timestamps, streams, ranks)
                 return job
         if job.status.is_terminal():
             if current is not None:
                 status.clear()
-                drain(current.log_path, offset, timestamps, streams)
+                drain(current.log_path, offset, timestamps, streams, ranks)
             status.final(store, job)
             return job
         if time.monotonic() - last_check > defaults.HEARTBEAT_INTERVAL:
@@ -131,13 +162,13 @@ def _follow(
         time.sleep(defaults.FOLLOW_POLL)
 
 
-def drain(path: str, offset: int, timestamps: bool, streams: str) -> None:
-    """Print the log from ``offset`` to its end (see :func:`write_block` for ``streams``)."""
+def drain(path: str, offset: int, timestamps: bool, streams: str, ranks: Ranks = ALL) -> None:
+    """Print the log from ``offset`` to its end (see :func:`write_block`)."""
     while True:
         block, offset = read_block(path, offset)
         if not block:
             return
-        write_block(block, timestamps, streams)
+        write_block(block, timestamps, streams, ranks)
 
 
 class _StatusLine:

@@ -13,6 +13,7 @@ EXAMPLE = """\
   ferry logs digits-cnn-3f9a --attempt 1 --timestamps
   ferry logs dig | grep -i warning      # what the script printed and logged
   ferry logs dig --stream stderr        # only what it wrote to stderr
+  ferry logs ddp --rank 1               # one process of a gang (all: each line led by [rank])
 """
 
 
@@ -41,12 +42,19 @@ def register(subparsers: Any) -> None:
         default="all",
         help="which of the job's streams to print (default: all, to stdout)",
     )
+    p.add_argument(
+        "--rank",
+        "-r",
+        type=int,
+        metavar="N",
+        help="only this process of a gang (default: all, each line led by its rank)",
+    )
     p.set_defaults(handler=logs)
 
 
 def logs(args: argparse.Namespace) -> int:
     from ferry.api import _attempt_log
-    from ferry.cli._follow import drain, follow, write_block
+    from ferry.cli._follow import Ranks, drain, follow, write_block
     from ferry.errors import UsageError
     from ferry.logs import tail_block
 
@@ -62,8 +70,10 @@ def logs(args: argparse.Namespace) -> int:
             timestamps=args.timestamps,
             streams=args.stream,
             tail=args.tail,
+            rank=args.rank,
         )
         return 0
+    ranks = Ranks.of(job, args.rank)
     path = _attempt_log(store, job.id, args.attempt)
     if path is None:
         from ferry.cli._common import eprint
@@ -74,8 +84,9 @@ def logs(args: argparse.Namespace) -> int:
         )
         return 0
     if args.tail is not None:
-        block, _ = tail_block(path, args.tail, None if args.stream == "all" else args.stream)
-        write_block(block, args.timestamps, args.stream)
+        only = None if args.stream == "all" else args.stream
+        block, _ = tail_block(path, args.tail, only, ranks.only)
+        write_block(block, args.timestamps, args.stream, ranks)
         return 0
-    drain(path, 0, args.timestamps, args.stream)
+    drain(path, 0, args.timestamps, args.stream, ranks)
     return 0

@@ -59,6 +59,12 @@ def register(subparsers: Any) -> None:
         "--spot", action=argparse.BooleanOptionalAction, default=None, help="use spot capacity"
     )
     p.add_argument("--nodes", type=int, help="number of nodes")
+    p.add_argument(
+        "--procs-per-node",
+        type=int,
+        metavar="N",
+        help="processes per node, each told its rank as torchrun would (default: one per GPU)",
+    )
     p.add_argument("--input", action="append", metavar="NAME=URI", help="an input (repeatable)")
     p.add_argument(
         "--outputs", metavar="URI", help="where results go (default: outputs_root/{job_id})"
@@ -146,8 +152,8 @@ def overrides_from(args: argparse.Namespace, command: list[str] | None) -> dict[
             out[key] = getattr(args, key)
     resources = {
         k: getattr(args, k)
-        for k in ("accelerator", "cpus", "memory", "spot", "nodes")
-        if getattr(args, k) is not None
+        for k in ("accelerator", "cpus", "memory", "spot", "nodes", "procs_per_node")
+        if getattr(args, k, None) is not None
     }
     if resources:
         out["resources"] = resources

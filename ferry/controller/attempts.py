@@ -34,7 +34,7 @@ from ferry.store import Job, Store, open_store
 from ferry.units import format_duration
 
 if TYPE_CHECKING:
-    from ferry.backends.local import LocalAttempt
+    from ferry.backends.base import Exit, RunningAttempt
     from ferry.contract.env import JobDirs
     from ferry.storage.outputs import OutputSync
     from ferry.storage.workdir import WorkdirState
@@ -48,16 +48,6 @@ class Control:
     wake_read: int  # becomes readable when a signal arrives (signal.set_wakeup_fd)
     woken: bool = False  # SIGUSR1 arrived: look at the store now (cancel)
     terminated: int = 0  # the signal that asked the supervisor itself to stop
-
-
-def _failure_reason(code: int, tail: list[str], killed_by_us: bool) -> str:
-    reason = describe_exit(code)
-    if code == -signal.SIGKILL and not killed_by_us:
-        reason += " (out of memory?)"
-    lines = [line.strip()[:200] for line in tail if line.strip()]
-    if lines:
-        reason += " (last log lines: " + " | ".join(lines[-defaults.REASON_LOG_LINES :]) + ")"
-    return reason
 
 
 def _command_argv(spec: dict[str, Any]) -> list[str]:
@@ -193,9 +183,11 @@ def _run_attempts(
     it was submitted with), until it ends. Returns whether this supervisor finished the job
     (rather than a command that declared it lost meanwhile)."""
     from ferry.backends.base import LaunchRequest
-    from ferry.backends.local import LocalBackend, become_subreaper
+    from ferry.backends.local import LocalBackend, run_folder
     from ferry.contract import sagemaker
     from ferry.contract.env import JobDirs, contract_env
+    from ferry.runner.gang import procs_per_node
+    from ferry.runner.spawn import become_subreaper
     from ferry.storage.outputs import OutputSync
     from ferry.storage.workdir import WORKDIR, WorkdirState
 
@@ -338,9 +330,12 @@ def _run_attempts(
             cwd=str(state.workdir),
             env=env,
             log_path=attempt.log_path,
+            run_folder=str(run_folder(job, attempt.number)),
+            grace=grace,
+            procs_per_node=procs_per_node(spec),
         )
         try:
-            running = backend.launch(request, control.wake_read)
+            running = backend.launch(request)
         except FerryError as exc:
             Path(attempt.log_path).write_text("")
             _end(
@@ -368,7 +363,7 @@ def _run_attempts(
                 _abandon(store, job_id, attempt.number, running)
                 return False
         cap = CostCap(max_cost, spent, attempt.price, attempt.started_at)
-        outcome, code = _watch(
+        outcome, ended_as = _watch(
             store,
             job,
             running,
@@ -396,6 +391,7 @@ def _run_attempts(
         if outcome == "abandoned":
             _abandon(store, job_id, attempt.number, running)
             return False
+        code = ended_as.code
         if outcome == "stopped":  # a shutdown or reboot: the job resumes afterwards
             reason = f"its supervisor was stopped by {signal.Signals(control.terminated).name}"
             store.update_attempt(
@@ -416,7 +412,13 @@ def _run_attempts(
             with contextlib.suppress(Exception):
                 sync.sync(("checkpoints",))
             return False
-        ended = _ended(outcome, code, contract, failure_file, max_runtime, observer, cap, running)
+        if outcome == "exited" and ended_as.outcome == ended_as.NOT_STARTED:  # as at launch
+            _end(
+                store, job_id, attempt.number, AttemptStatus.FAILED, _S.FAILED, ended_as.reason,
+                None, sync,
+            )  # fmt: skip
+            return True
+        ended = _ended(outcome, ended_as, contract, failure_file, max_runtime, observer, cap)
         # (the job as this supervisor last changed it: only it counts retries meanwhile)
         decision = decide(ended, History(job.preemptions, job.retries, job.code_retries), limits)
         if decision.job is not None:
@@ -462,27 +464,29 @@ def _run_attempts(
 
 def _ended(
     outcome: str,
-    code: int | None,
+    ended_as: Exit,
     contract: str,
     failure_file: Path,
     max_runtime: float | None,
     observer: Observer,
     cap: CostCap,
-    running: LocalAttempt,
 ) -> Ended:
     """How the attempt ended, in the policy's terms, with the words that go with it."""
     from ferry.contract import sagemaker
 
-    if outcome == "exited":
+    code = ended_as.code
+    if outcome == "exited":  # (when the controller stopped it, its reason comes first)
+        if ended_as.outcome == ended_as.LOST:
+            return Ended(Outcome.LOST, code, ended_as.reason)
+        if ended_as.outcome == ended_as.PREEMPTED:
+            return Ended(Outcome.PREEMPTED, code, ended_as.reason)
+        if ended_as.outcome == ended_as.PROVIDER_FAILED:
+            return Ended(Outcome.PROVIDER_FAILED, code, ended_as.reason)
         marker = sagemaker.failure_text(failure_file)
         if marker:  # the script said why it failed, as on SageMaker
             where = "/opt/ml/output/failure" if contract == "sagemaker" else "FERRY_FAILURE_FILE"
             return Ended(Outcome.EXITED, code, said=(marker, where))
-        detail = ""
-        if code:
-            tail = running.tail(defaults.REASON_LOG_LINES)
-            detail = _failure_reason(code, tail, running._killed)
-        return Ended(Outcome.EXITED, code, detail)
+        return Ended(Outcome.EXITED, code, ended_as.reason if code else "")
     if outcome == "preempted":
         return Ended(Outcome.PREEMPTED, code, observer.preempted_by or "")
     if outcome == "cancelled":
@@ -499,8 +503,7 @@ def _ended(
     if outcome == "alert" and observer.stopped_by:
         return Ended(Outcome.ALERT, code, f"stopped on alert: {observer.stopped_by.message}")
     # stopped on an alert whose message is gone: what the log says
-    tail = running.tail(defaults.REASON_LOG_LINES)
-    return Ended(Outcome.ALERT, code, _failure_reason(code or 0, tail, running._killed))
+    return Ended(Outcome.ALERT, code, ended_as.reason or describe_exit(code or 0))
 
 
 def _fresh(store: Store, job: Job, state: WorkdirState) -> list[tuple[str, int]]:
@@ -641,11 +644,11 @@ def _note_hypertune(store: Store, job_id: str, path: Path) -> None:
         return
 
 
-def _abandon(store: Store, job_id: str, number: int, running: LocalAttempt) -> None:
+def _abandon(store: Store, job_id: str, number: int, running: RunningAttempt) -> None:
     """The job was finished by someone else (declared lost): stop its attempt, record why."""
     running.kill()
-    while running.wait(1.0) is None:
-        continue
+    while running.poll() is None:
+        time.sleep(0.05)
     store.update_attempt(
         job_id,
         number,
@@ -789,7 +792,7 @@ def _backoff(store: Store, job_id: str, n: int, control: Control) -> None:
 def _watch(
     store: Store,
     job: Job,
-    running: LocalAttempt,
+    running: RunningAttempt,
     control: Control,
     grace: float,
     max_runtime: float | None,
@@ -797,11 +800,14 @@ def _watch(
     observer: Observer,
     preempt_every: float | None,
     cap: CostCap,
-) -> tuple[str, int]:
+) -> tuple[str, Exit]:
     """Wait for the attempt, heartbeating, and stop it on cancel, timeout, preemption (asked
     with `ferry preempt`, or simulated), an alert (with ``on_alert: stop``), its cost cap
-    (``limits.max_cost``), a spent monthly budget with ``budget.hard``, or SIGTERM."""
+    (``limits.max_cost``), a spent monthly budget with ``budget.hard``, or SIGTERM. The
+    notice goes to the attempt (its runner kills it after the grace); an attempt still
+    there well after that is killed from here."""
     import random
+    import selectors
 
     deadline = (job.started_at or time.time()) + max_runtime if max_runtime else None
     preempt_at = (
@@ -817,19 +823,35 @@ def _watch(
     last_budget = time.monotonic()
     # the cap holds even if the script takes the whole grace period to end
     lookahead = sample_every + grace
+    kill_after = grace + _KILL_MARGIN  # the runner's own SIGKILL comes after ``grace``
     observer.sample(running.pid)  # as it starts: a job shorter than the interval has samples
+    waiting = selectors.DefaultSelector()
+    waiting.register(control.wake_read, selectors.EVENT_READ)
+    ends = running.fileno()
+    if ends is not None:
+        waiting.register(ends, selectors.EVENT_READ)
     try:
         while True:
+            ended = running.poll()
+            if ended is not None:
+                observer.sample(running.pid, last=True, ended=ended)  # what they used
+                for message in running.events():
+                    store.add_event(job.id, message)
+                return (stopping or "exited"), ended
             now_wall = time.time()
             waits = [defaults.HEARTBEAT_INTERVAL, defaults.CONTROL_POLL]
+            if ends is None:
+                waits.append(_POLL_REMOTE)
             if deadline and not stopping:
                 waits.append(max(0.0, deadline - now_wall))
             if stopping:
-                waits.append(max(0.0, stop_sent + grace - time.monotonic()))
-            code = running.wait(min(waits))
-            if code is not None:
-                observer.sample(running.pid, last=True)  # what the ended processes used
-                return (stopping or "exited"), code
+                waits.append(max(0.0, stop_sent + kill_after - time.monotonic()))
+            for key, _ in waiting.select(min(waits)):
+                if key.fd == control.wake_read:
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(key.fd, 4096)
+            if running.poll() is not None:
+                continue
             mono = time.monotonic()
             if mono - last_sample >= sample_every:
                 last_sample = mono
@@ -847,6 +869,8 @@ def _watch(
             if mono - last_beat >= defaults.HEARTBEAT_INTERVAL:
                 store.update_job(job.id, heartbeat_at=time.time())
                 last_beat = mono
+                for message in running.events():
+                    store.add_event(job.id, message)
                 # metrics reach the store every heartbeat while the job runs; printed ones too,
                 # under the names the script does not report through runtime.report
                 observer.read()
@@ -882,7 +906,9 @@ def _watch(
                         os.getpid(),
                         hostname(),
                     ):  # declared lost meanwhile (and perhaps resumed elsewhere): not ours any more
-                        return "abandoned", -signal.SIGKILL
+                        from ferry.backends.base import Exit
+
+                        return "abandoned", Exit(Exit.LOST, -signal.SIGKILL, "declared lost")
                     elif asked:
                         stopping, observer.preempted_by = "preempted", asked
                 if stopping:
@@ -893,13 +919,18 @@ def _watch(
                     store.add_event(job.id, f"{what}: SIGTERM, then SIGKILL after {grace:g}s")
                     running.stop()
                     stop_sent = mono
-            elif mono - stop_sent >= grace:
+            elif mono - stop_sent >= kill_after:
                 running.kill()
 
     finally:  # the attempt's last sync comes after this one
+        waiting.close()
         live.finish()
         for failure in live.failures():
             store.add_event(job.id, failure)
+
+
+_KILL_MARGIN = 10.0  # s after the grace before an attempt that did not end is killed
+_POLL_REMOTE = 0.05  # s between polls of an attempt that gives nothing to wait on
 
 
 class _LiveSync:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ferry import config, defaults
 from ferry.errors import FerryError, TransitionError, UsageError
-from ferry.procs import environ_of, hostname, is_supervisor, start_time
+from ferry.procs import environ_of, hostname, is_runner, is_supervisor, start_time
 from ferry.status import ACTIVE, AttemptStatus, JobStatus, shell_code
 from ferry.store import Attempt, Job, Store, open_store
 from ferry.store.base import IdTaken
@@ -329,20 +329,21 @@ def supervisor_alive(job: Job) -> bool:
     return now - beat < defaults.HEARTBEAT_INTERVAL + defaults.HEARTBEAT_GRACE
 
 
-def _kill_orphans(job: Job, pgid: str | None) -> None:
-    """Kill what is left of a lost job: its attempt's process group, and every process of
-    this user that carries the job's FERRY_JOB_ID (those that left the group)."""
+def _kill_orphans(job: Job, last: Attempt | None) -> None:
+    """Kill what is left of a lost job: its last attempt (its backend ends it from here),
+    and every process of this user that carries the job's FERRY_JOB_ID (those that left
+    their process groups)."""
     marker = f"FERRY_JOB_ID={job.id}".encode()
-    if pgid and pgid.isdigit():
-        # The group id is the main process's pid. While any member lives, Linux does not
-        # reuse it; if a live process has that pid, it must be the job's own to be killed.
-        leader_alive = start_time(int(pgid)) is not None
-        if not leader_alive or marker in environ_of(int(pgid)):
-            with contextlib.suppress(OSError):
-                os.killpg(int(pgid), signal.SIGKILL)
+    if last is not None:
+        from ferry.backends.registry import get_backend
+
+        with contextlib.suppress(FerryError):
+            get_backend(last.backend).cancel(job, last.number, last.handle)
     me = os.getpid()
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == me or is_supervisor(int(entry)):
+            continue
+        if is_runner(int(entry)):  # (another supervisor's: a nested job's, started in it)
             continue
         if marker in environ_of(int(entry)):
             try:
@@ -405,7 +406,7 @@ _RESUMING = "supervisor lost; resuming in a new attempt"
 
 def _lost_attempt(store: Store, job: Job, last: Attempt | None) -> None:
     """Stop what the lost supervisor's attempt left running and record it as lost."""
-    _kill_orphans(job, last.handle if last else None)
+    _kill_orphans(job, last)
     if last and not last.status.is_terminal():
         # it is billed up to the last sign of life, not up to when someone noticed
         now = time.time()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ferry.runtime.ingest import HypertuneReader, MetricsReader
 from ferry.runtime.printed import PrintedMetricsReader
@@ -14,6 +14,9 @@ from ferry.store import Job, Store
 from ferry.telemetry import ALERT_PREFIX
 from ferry.telemetry.alerts import Alert, AlertMonitor, Point, Rules, objective_name
 from ferry.telemetry.notify import Notifier
+
+if TYPE_CHECKING:
+    from ferry.backends.base import Exit
 
 TENSORBOARD_RUN = "ferry"  # the run (sub-folder of FERRY_TENSORBOARD_DIR) Ferry writes
 
@@ -103,15 +106,16 @@ class Observer:
             self.monitor.saw_output(time.time())
         self._flush()
 
-    def sample(self, pid: int, last: bool = False) -> None:
-        """Sample the job's processes and GPUs: first as the attempt starts (which sets the
-        samplers up), then every ``telemetry.interval``, and a ``last`` time once its main
-        process has ended, so that even a job shorter than the interval has samples.
+    def sample(self, pid: int | None, last: bool = False, ended: Exit | None = None) -> None:
+        """Sample the job's processes (those below ``pid``, its runner; none when the
+        attempt runs elsewhere) and GPUs: first as the attempt starts (which sets the
+        samplers up), then every ``telemetry.interval``, and a ``last`` time once it has
+        ended (``ended``), so that even a job shorter than the interval has samples.
 
-        By the last sample the processes have ended and been reaped (the supervisor is
-        their subreaper), so the kernel's count of this process's ended children gives
-        what they used: the CPU time since the previous sample (``sys/cpu_percent``) and the
-        peak resident memory of the largest of them (``sys/rss_bytes``).
+        By the last sample the processes have ended and been reaped, and ``ended`` holds
+        what they used as their runner counted it: the CPU time since the previous sample
+        (``sys/cpu_percent``) and the peak resident memory of the largest of them
+        (``sys/rss_bytes``).
         """
         from ferry.telemetry.sampler import GpuSampler, ProcessTreeSampler
 
@@ -126,18 +130,22 @@ class Observer:
             self._cpu_seen = 0.0  # CPU seconds the samples so far have shown
             self._sampled_at = now
             with contextlib.suppress(Exception):  # the process may be gone already
-                tree = ProcessTreeSampler(pid, pss_above)
-                self._samplers.append(tree)
-                self._sampled_at = min(now, tree.started)  # the first covers its start
+                if pid is None:
+                    raise ProcessLookupError("no local processes")
+                tree = ProcessTreeSampler(pid, pss_above, include_root=False)
+                self._samplers.append(tree)  # (the runner outlives attempts: from now)
         sample: dict[str, float] = {}
         for sampler in self._samplers:
             sample.update(sampler.sample())
         if last and "sys/cpu_percent" not in sample:  # the processes have ended
-            cpu, peak = _ended_children()
+            if ended is not None and ended.cpu_seconds is not None:
+                cpu, peak, base = ended.cpu_seconds, ended.peak_rss or 0.0, (0.0, 0.0)
+            else:
+                (cpu, peak), base = _ended_children(), self._ended
             if now > self._sampled_at:
-                used = max(0.0, cpu - self._ended[0] - self._cpu_seen)
+                used = max(0.0, cpu - base[0] - self._cpu_seen)
                 sample["sys/cpu_percent"] = 100.0 * used / (now - self._sampled_at)
-            if peak > self._ended[1]:  # the largest ended process was one of the attempt's
+            if peak > base[1]:  # the largest ended process was one of the attempt's
                 sample["sys/rss_bytes"] = peak
         if "sys/cpu_percent" in sample:
             self._cpu_seen += sample["sys/cpu_percent"] / 100.0 * (now - self._sampled_at)

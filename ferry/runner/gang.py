@@ -2,9 +2,10 @@
 
 A job with ``resources.nodes`` N and ``procs_per_node`` P runs N×P processes. Each gets the
 variables ``torchrun`` sets (so ``torch.distributed.init_process_group()`` and the
-libraries built on it find their peers with no code of Ferry's), its share of its node's
-GPUs, and the shapes Vertex AI and SageMaker give a distributed job (``CLUSTER_SPEC``,
-``TF_CONFIG``, ``SM_HOSTS``, ``SM_CURRENT_HOST``), so their samples run unchanged.
+libraries built on it find their peers with no code of Ferry's), the node's GPUs as
+``torchrun`` leaves them (process ``LOCAL_RANK`` uses its share), and the shapes Vertex
+AI and SageMaker give a distributed job (``CLUSTER_SPEC``, ``TF_CONFIG``, ``SM_HOSTS``,
+``SM_CURRENT_HOST``), so their samples run unchanged.
 
 Rank 0 is local rank 0 of node 0, whose address is ``MASTER_ADDR``.
 """
@@ -12,7 +13,9 @@ Rank 0 is local rank 0 of node 0, whose address is ``MASTER_ADDR``.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -58,11 +61,6 @@ class Gang:
             raise ValueError(f"local rank {local_rank} is not one of {self.procs_per_node}")
         return self.node_rank * self.procs_per_node + local_rank
 
-    def gpus_of(self, local_rank: int) -> tuple[int, ...]:
-        """The GPUs process ``local_rank`` sees: an equal, contiguous share of the node's."""
-        share = len(self.gpus) // self.procs_per_node
-        return self.gpus[local_rank * share : (local_rank + 1) * share]
-
     def node_env(self) -> dict[str, str]:
         """What every process of this node gets: the node's place in the gang, as Ferry,
         Vertex AI and SageMaker say it."""
@@ -105,8 +103,11 @@ class Gang:
 
     def env(self, local_rank: int) -> dict[str, str]:
         """What process ``local_rank`` of this node gets: the node's variables, and its own
-        rank and GPUs as ``torchrun`` gives them."""
-        gpus = self.gpus_of(local_rank)
+        rank as ``torchrun`` gives it. As under ``torchrun``, every process sees all of the
+        node's GPUs, and process ``LOCAL_RANK`` uses its share of them from there
+        (``torch.cuda.set_device(LOCAL_RANK)`` with one GPU each): libraries built for
+        torchrun (Lightning, Accelerate, Transformers) pick their device that way."""
+        gpus = self.gpus
         return {
             **self.node_env(),
             "RANK": str(self.rank(local_rank)),
@@ -123,3 +124,37 @@ class Gang:
         names it; the nodes' own addresses for several, so that a script which takes
         ``SM_HOSTS[0]`` as its master reaches it."""
         return ("algo-1",) if self.nodes == 1 else self.hosts
+
+
+def procs_per_node(spec: dict[str, Any]) -> int:
+    """``resources.procs_per_node``, or the GPUs of a node (at least 1) when not given."""
+    res = spec.get("resources") or {}
+    given = res.get("procs_per_node")
+    if given:
+        return int(given)
+    acc = res.get("accelerator")
+    if not acc or starts_own_workers(spec.get("command") or []):
+        return 1
+    from ferry.accelerators import parse_accelerator
+
+    parsed = parse_accelerator(acc)
+    return 1 if parsed.is_tpu else max(1, parsed.count)
+
+
+# Launchers that start a process per GPU themselves: their command runs once per node.
+_LAUNCHERS = frozenset({"torchrun", "accelerate", "deepspeed", "horovodrun", "mpirun", "srun"})
+_LAUNCHER_MODULES = frozenset({"torch.distributed.run", "torch.distributed.launch"})
+
+
+def starts_own_workers(command: list[str]) -> bool:
+    """Whether ``command`` is a launcher (``torchrun``, ``python -m torch.distributed.run``,
+    ``accelerate launch`` ...) that starts the workers of a node itself."""
+    words = " ".join(str(w) for w in command).split()  # (a shell command is one string)
+    if not words:
+        return False
+    first = os.path.basename(words[0])
+    if first in _LAUNCHERS:
+        return True
+    if first.startswith("python") and len(words) > 2 and words[1] == "-m":
+        return words[2] in _LAUNCHER_MODULES or words[2].split(".")[0] in _LAUNCHERS
+    return False

@@ -29,7 +29,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -66,10 +66,17 @@ class RunState:
     outcome: str | None = None
     reason: str | None = None
     segments: dict[str, int] = field(default_factory=dict)  # per stream, when ended
+    pids: list[int] = field(default_factory=list)  # the processes it started, while running
+    # at the end: CPU seconds and the largest peak resident memory of those processes
+    cpu_seconds: float | None = None
+    peak_rss: float | None = None
     format: int = FORMAT
 
     def to_json(self) -> bytes:
-        return json.dumps(asdict(self), sort_keys=True).encode()
+        return json.dumps(self._fields(), sort_keys=True).encode()
+
+    def _fields(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
     @classmethod
     def from_json(cls, data: bytes, where: str) -> RunState:
@@ -104,9 +111,11 @@ class RunState:
 class _Place:
     """The run folder's files: on this machine's disk, or in a bucket through fsspec."""
 
-    def __init__(self, uri: str) -> None:
+    def __init__(self, uri: str, durable: bool = True) -> None:
         self.loc: Location = parse_uri(uri)
         self._fs: Any = None
+        self._durable = durable  # on a disk: sync each file before it is renamed into place
+        self._made: set[Path] = set()  # folders known to exist (on a disk)
 
     @property
     def fs(self) -> Any:
@@ -126,12 +135,15 @@ class _Place:
         """Write ``name`` whole: readers see the old file or the new one, never a part."""
         if self.loc.is_local:
             path = Path(self.loc.path) / name
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if path.parent not in self._made:
+                path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                self._made.add(path.parent)
             tmp = path.with_name(f".tmp-{path.name}.{os.getpid()}.{threading.get_ident()}")
             with open(tmp, "wb") as file:
                 file.write(data)
-                file.flush()
-                os.fsync(file.fileno())
+                if self._durable:
+                    file.flush()
+                    os.fsync(file.fileno())
             os.replace(tmp, path)
             return
         with self._errors(write=True):
@@ -153,6 +165,8 @@ class _Place:
 
     def numbers(self, stream: str) -> list[int]:
         """The numbers of the segments of ``stream`` there now, in order."""
+        if self.loc.is_local and not os.path.isdir(self.loc.path):
+            return []  # (a new run folder: one look for every stream)
         if self.loc.is_local:
             try:
                 names = os.listdir(Path(self.loc.path) / stream)
@@ -186,8 +200,14 @@ class RunFolderWriter:
         *,
         clock: Callable[[], float] = time.time,
         segment_bytes: int = SEGMENT_BYTES,
+        durable: bool = True,
+        announce: bool = True,
     ) -> None:
-        self._place = _Place(uri)
+        """``durable``: on a disk, sync each file to it before it replaces the old one (a
+        record that only this machine reads, next to a job store that is the truth, can
+        skip the cost). ``announce``: write ``state.json`` (starting) now, rather than at
+        the first beat (a runner that beats at once saves the write)."""
+        self._place = _Place(uri, durable)
         self._clock = clock
         self._limit = segment_bytes
         self._lock = threading.RLock()
@@ -196,7 +216,8 @@ class RunFolderWriter:
         self._next = {s: (self._place.numbers(s) or [0])[-1] + 1 for s in STREAMS}
         now = clock()
         self._state = RunState(attempt, STARTING, hostname(), os.getpid(), now, now)
-        self._place.put(STATE, self._state.to_json())
+        if announce:
+            self._place.put(STATE, self._state.to_json())
 
     @property
     def state(self) -> RunState:
@@ -223,16 +244,26 @@ class RunFolderWriter:
             for stream in STREAMS:
                 self._write_out(stream)
 
-    def beat(self, state: str = RUNNING) -> None:
-        """Flush, then say the runner is alive (and in ``state``)."""
+    def beat(self, state: str = RUNNING, **fields: Any) -> None:
+        """Flush, then say the runner is alive (and in ``state``, with ``fields`` of the
+        state changed: its ``pids``)."""
         if state not in (STARTING, RUNNING):
             raise ValueError(f"a runner beats while starting or running, not {state!r}")
         with self._lock:
             self.flush()
-            self._set(state=state, beat_at=self._clock())
+            self._set(state=state, beat_at=self._clock(), **fields)
 
-    def end(self, exit_code: int | None, outcome: str, reason: str | None = None) -> None:
-        """Flush everything, then record the end, last: a reader that sees it can read all."""
+    def end(
+        self,
+        exit_code: int | None,
+        outcome: str,
+        reason: str | None = None,
+        tell: Callable[[RunState], None] | None = None,
+        **fields: Any,
+    ) -> None:
+        """Flush everything, then record the end, last: a reader that sees it can read all.
+        ``fields``: more of the state (``cpu_seconds``, ``peak_rss``). ``tell`` hears the
+        end just before it is written (a supervisor waiting on a pipe need not read it)."""
         with self._lock:
             self.flush()
             now = self._clock()
@@ -245,6 +276,8 @@ class RunFolderWriter:
                 outcome=outcome,
                 reason=reason,
                 segments=counts,
+                tell=tell,
+                **fields,
             )
 
     def _write_out(self, stream: str) -> None:
@@ -255,10 +288,12 @@ class RunFolderWriter:
         self._next[stream] += 1
         buffer.clear()
 
-    def _set(self, **changes: Any) -> None:
+    def _set(self, tell: Callable[[RunState], None] | None = None, **changes: Any) -> None:
         if self._state.ended:
             raise RunFolderError("the run folder already records the attempt's end")
-        state = RunState(**{**asdict(self._state), **changes})
+        state = RunState(**{**self._state._fields(), **changes})
+        if tell is not None:
+            tell(state)
         self._place.put(STATE, state.to_json())
         self._state = state
 

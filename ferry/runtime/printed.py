@@ -136,7 +136,7 @@ class PrintedMetricsReader(Follower):
             block, offset = read_block(str(self.path), self.offset, CHUNK)
             self.offset = offset
             for raw in block.split(b"\n")[:-1]:
-                if raw[25:26] != b"O":  # stdout lines only
+                if raw[25:27] != b"O ":  # stdout lines only, of rank 0 (a gang's others: O1 ...)
                     continue
                 at, text = raw[:24].decode(errors="replace"), raw[27:].decode(errors="replace")
                 step, metrics = parse_line(text, self.patterns)

@@ -25,8 +25,11 @@ class ProcessTreeSampler:
     elsewhere psutil reads them.
     """
 
-    def __init__(self, pid: int, pss_above: float | None = None) -> None:
+    def __init__(self, pid: int, pss_above: float | None = None, include_root: bool = True) -> None:
+        """``include_root``: False samples only what runs below ``pid`` (a runner's
+        processes, without the runner)."""
         self._pid = pid
+        self._root = [pid] if include_root else []
         self._read = _read_proc if _PROC else _read_psutil
         figures = self._read(pid)  # (an ended but unreaped process is still there)
         if figures is None:
@@ -45,7 +48,7 @@ class ProcessTreeSampler:
         now = time.time()
         cpu = rss = read = written = 0.0
         seen: dict[int, tuple[float, float]] = {}
-        for pid in [self._pid, *_descendants(self._pid)]:
+        for pid in [*self._root, *_descendants(self._pid)]:
             figures = self._read(pid)
             if figures is None:  # (ended since it was listed)
                 continue

@@ -335,7 +335,8 @@ def test_declared_gpus_are_shared_without_overlap_and_fifo(home: Path, project: 
         """
         import os, sys, time
         out = os.environ["FERRY_OUTPUT_DIR"]
-        open(os.path.join(out, "cuda"), "w").write(os.environ["CUDA_VISIBLE_DEVICES"])
+        rank = os.environ.get("LOCAL_RANK", "0")  # (a job of N GPUs runs N processes)
+        open(os.path.join(out, "cuda" + rank), "w").write(os.environ["CUDA_VISIBLE_DEVICES"])
         release = os.path.join(os.environ["FERRY_TEST_TMP"], "release-" + sys.argv[1])
         while not os.path.exists(release):
             time.sleep(0.05)
@@ -355,8 +356,8 @@ def test_declared_gpus_are_shared_without_overlap_and_fifo(home: Path, project: 
             cwd=project,
         )
 
-    def cuda(job_id: str) -> str:
-        path = Path(job_status(job_id)["outputs"]) / "output" / "cuda"
+    def cuda(job_id: str, rank: int = 0) -> str:
+        path = Path(job_status(job_id)["outputs"]) / "output" / f"cuda{rank}"
         return wait_for(lambda: path.exists() and path.read_text(), 30, f"{job_id} to start")
 
     def release(tag: str) -> None:
@@ -374,7 +375,8 @@ def test_declared_gpus_are_shared_without_overlap_and_fifo(home: Path, project: 
     assert job_status(big)["status"] == "QUEUED"
     assert job_status(small)["status"] == "QUEUED"  # the free GPU is held for big
     release("b")
-    assert cuda(big) == "0,1"
+    # one process per GPU, each seeing both as under torchrun (and using GPU LOCAL_RANK)
+    assert (cuda(big, 0), cuda(big, 1)) == ("0,1", "0,1")
     assert job_status(small)["status"] == "QUEUED"
     release("big")
     assert cuda(small) in ("0", "1")

@@ -95,6 +95,7 @@ def test_dry_run_prints_the_resolved_spec(home: Path, project: Path) -> None:
         "memory": 1024**3,
         "spot": False,
         "nodes": 1,
+        "procs_per_node": None,  # one per GPU (none here: 1)
         "providers": [],
         "regions": [],
     }

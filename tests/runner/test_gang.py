@@ -30,8 +30,10 @@ def test_ranks_cover_the_gang_once_and_each_process_gets_its_own_gpus() -> None:
             assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("10.0.0.1", "29500")
             assert env["NODE_RANK"] == env["GROUP_RANK"] == env["FERRY_NODE_RANK"] == str(node)
             assert env["LOCAL_RANK"] == str(local) and env["FERRY_NUM_NODES"] == "2"
-            assert env["CUDA_VISIBLE_DEVICES"] == ("0,1" if local == 0 else "2,3")
-            assert env["FERRY_NUM_GPUS"] == "2"
+            # as under torchrun: all of the node's, each process taking its share by
+            # LOCAL_RANK (what Lightning, Accelerate and torch.cuda.set_device expect)
+            assert env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
+            assert env["FERRY_NUM_GPUS"] == "4"
     assert sorted(ranks) == [0, 1, 2, 3]
     cpu_only = Gang(("h",), procs_per_node=3, node_rank=0, master_port=1234)
     assert [cpu_only.env(i)["CUDA_VISIBLE_DEVICES"] for i in range(3)] == ["", "", ""]

@@ -1,0 +1,77 @@
+"""The run order: what a runner is asked to run, handed to it in its run folder.
+
+The controller's side writes ``order.json`` into the attempt's run folder before it
+starts the runner; the runner reads it and needs nothing else (no job store, no spec).
+The job's environment is not in the file: it holds the job's secrets, which are never
+written down. The runner is started with it as its own environment (or handed it in
+memory, when forked), and passes it on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ferry.errors import FerryError
+
+ORDER = "order.json"
+
+
+@dataclass(frozen=True)
+class RunOrder:
+    """One node's share of one attempt."""
+
+    attempt: int
+    argv: list[str]
+    cwd: str
+    env: dict[str, str]  # (not written: the runner's own environment when read)
+    grace: float  # seconds between the notice (SIGTERM) and SIGKILL
+    # where the log goes: a file on this machine, appended to; empty: the run folder's log
+    log_file: str = ""
+    # the gang (one process when procs_per_node and the number of hosts are 1)
+    procs_per_node: int = 1
+    hosts: list[str] = field(default_factory=lambda: ["127.0.0.1"])
+    node_rank: int = 0
+    master_port: int = 0  # 0: a free port of this machine, chosen by the runner
+    gpus: list[int] = field(default_factory=list)  # this node's GPUs the attempt holds
+    durable: bool = True  # sync state.json to disk at each write (a local folder only)
+
+    @property
+    def world_size(self) -> int:
+        return len(self.hosts) * self.procs_per_node
+
+    def write(self, folder: Path) -> None:
+        """Write the order, but its environment, into the run folder ``folder`` (made
+        private to its owner)."""
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path = folder / ORDER
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fields = self.fields()
+        del fields["env"]
+        with os.fdopen(fd, "wb") as file:
+            file.write(json.dumps(fields).encode())
+
+    def fields(self) -> dict[str, Any]:
+        """The order as a dict (its lists shared, not copied)."""
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+    @classmethod
+    def read(cls, folder: Path) -> RunOrder:
+        """The order in ``folder``, with this process's environment as the job's."""
+        path = folder / ORDER
+        try:
+            raw = json.loads(path.read_bytes())
+            known = {k: raw[k] for k in cls.__dataclass_fields__ if k in raw}
+            known["env"] = dict(os.environ)
+            return cls(**known)
+        except FileNotFoundError:
+            raise FerryError(
+                f"{folder} holds no run order ({ORDER})",
+                "start the runner on an attempt's run folder, as the backend does",
+            ) from None
+        except (ValueError, TypeError) as exc:
+            hint = "was it written by Ferry?"
+            raise FerryError(f"{path} is not a run order ({exc})", hint) from None
