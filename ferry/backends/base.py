@@ -69,7 +69,7 @@ class RunningAttempt(abc.ABC):
 
     def fileno(self) -> int | None:
         """A descriptor that becomes readable when the attempt may have ended (local: the
-        runner's pidfd), for waiting on it; None: poll it now and then."""
+        pipe its runner answers on), for waiting on it; None: poll it now and then."""
         return None
 
     def events(self) -> list[str]:

@@ -25,6 +25,7 @@ EXAMPLE = """\
   ferry run job.yaml --accelerator A100:1 --max-runtime 6h
   ferry run --notify webhook='${SLACK_WEBHOOK}' --on-alert stop -- python train.py
   JOB=$(ferry run --detach job.yaml) && ferry logs -f "$JOB"
+  ferry run --procs-per-node 2 -- python ddp_train.py   # two ranks, as torchrun would start
 """
 
 

@@ -413,10 +413,8 @@ def _run_attempts(
                 sync.sync(("checkpoints",))
             return False
         if outcome == "exited" and ended_as.outcome == ended_as.NOT_STARTED:  # as at launch
-            _end(
-                store, job_id, attempt.number, AttemptStatus.FAILED, _S.FAILED, ended_as.reason,
-                None, sync,
-            )  # fmt: skip
+            failed = AttemptStatus.FAILED
+            _end(store, job_id, attempt.number, failed, _S.FAILED, ended_as.reason, None, sync)
             return True
         ended = _ended(outcome, ended_as, contract, failure_file, max_runtime, observer, cap)
         # (the job as this supervisor last changed it: only it counts retries meanwhile)
