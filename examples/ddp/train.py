@@ -28,6 +28,7 @@ def main() -> None:
     x = torch.tensor(digits.data, dtype=torch.float32) / 16.0
     y = torch.tensor(digits.target)
     mine = torch.arange(rank, len(x), world)  # each rank trains on its share
+    print(f"rank {rank} of {world}: {len(mine)} of {len(x)} digits on {device}", flush=True)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10)).to(device)
     start = 0
