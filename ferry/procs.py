@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import threading
 from functools import cache
 
@@ -182,6 +183,28 @@ def environ_of(pid: int) -> list[bytes]:
             return file.read().split(b"\0")
     except OSError:
         return []
+
+
+def max_fd() -> int:
+    """One more than the highest descriptor this process has open."""
+    try:
+        return max(int(fd) for fd in os.listdir("/proc/self/fd")) + 1
+    except (OSError, ValueError):
+        return 1024
+
+
+def close_fds_except(*keep: int) -> None:
+    """Close every descriptor above the standard streams but those in ``keep``."""
+    low = 3
+    for fd in sorted(k for k in keep if k >= 3):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, max_fd())
+
+
+def rss_bytes(maxrss: int) -> float:
+    """``ru_maxrss`` in bytes (the kernel counts KiB on Linux, bytes on macOS)."""
+    return float(maxrss * (1 if sys.platform == "darwin" else 1024))
 
 
 def kill_job_group(pgid: int, job_id: str) -> None:

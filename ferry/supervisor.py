@@ -195,12 +195,12 @@ def _quiet_descriptors(keep: int = -1) -> None:
     """Read nothing, write nowhere yet, and drop the submitter's other descriptors (pipes of
     whoever runs it must see EOF). Objects that own them stay referenced and are never
     finalized: a forked supervisor ends with ``os._exit``."""
+    from ferry.procs import close_fds_except
+
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
-    os.closerange(3, keep if keep >= 3 else _max_fd())
-    if keep >= 3:
-        os.closerange(keep + 1, _max_fd())
+    close_fds_except(keep)
 
 
 def _supervise_forked(job_id: str, log_path: Path) -> int:
@@ -216,13 +216,6 @@ def _supervise_forked(job_id: str, log_path: Path) -> int:
     except BaseException:
         traceback.print_exc()
         return 1
-
-
-def _max_fd() -> int:
-    try:
-        return max(int(fd) for fd in os.listdir("/proc/self/fd")) + 1
-    except (OSError, ValueError):
-        return 1024
 
 
 def run(job_id: str) -> int:

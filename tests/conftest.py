@@ -16,6 +16,27 @@ import pytest
 
 FERRY = str(Path(sys.executable).parent / "ferry")
 
+# The start of a DDP script over gloo that resumes from rank 0's checkpoint: it joins the
+# process group from the torchrun variables (set by torchrun, or by Ferry for a gang), and
+# leaves `rank`, `world`, `model`, `ddp`, `opt` and the first `step` to run as `start`.
+DDP_RESUMING = """
+import os, time
+import torch
+import torch.distributed as dist
+from ferry import runtime
+
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+ddp = torch.nn.parallel.DistributedDataParallel(model)
+opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+ckpt = runtime.checkpoint.restore()
+start = 0
+if ckpt:
+    model.load_state_dict(ckpt.state["model"])
+    start = ckpt.state["step"] + 1"""
+
 # Each test's commands run on their own: a launcher (ferry.launcher) per test's FERRY_HOME
 # would outlive the test. tests/cli/test_launcher.py turns it on for its own tests.
 os.environ["FERRY_LAUNCHER"] = "off"

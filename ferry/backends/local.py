@@ -25,7 +25,7 @@ from ferry import config, defaults
 from ferry.backends.base import Backend, Exit, LaunchRequest, RunningAttempt
 from ferry.backends.local_inventory import Inventory, local_inventory
 from ferry.errors import DoesNotFit, FerryError, SpecError
-from ferry.procs import kill_descendants
+from ferry.procs import close_fds_except, kill_descendants
 from ferry.runner.spawn import check_executable, die_with_parent, forget_subreaper, spawn
 from ferry.store.records import Allocation, Job
 from ferry.units import format_size
@@ -233,19 +233,6 @@ def end_runner() -> None:
     _Runner.end_current()
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _max_fd() -> int:
-    try:
-        return max(int(fd) for fd in os.listdir("/proc/self/fd")) + 1
-    except (OSError, ValueError):
-        return 1024
-
-
 def _fork_runner(orders: int, replies: int) -> int:
     """Fork the runner; in the child, serve the orders and never return."""
     parent = os.getpid()
@@ -262,10 +249,7 @@ def _fork_runner(orders: int, replies: int) -> int:
             os._exit(137)
         os.setpgid(0, 0)  # signals to the supervisor's group are not the job's
         forget_subreaper()  # (the runner becomes one of its own)
-        top = max(orders, replies)  # keep only the standard streams and its two pipes
-        os.closerange(3, min(orders, replies))
-        os.closerange(min(orders, replies) + 1, top)
-        os.closerange(top + 1, _max_fd())
+        close_fds_except(orders, replies)  # the standard streams and its two channels stay
         from ferry.runner.run import serve
 
         code = serve(orders, replies)

@@ -185,8 +185,8 @@ def _ended_children() -> tuple[float, float]:
     """(CPU seconds, peak resident bytes of the largest) of this process's ended and reaped
     children, as the kernel counts them."""
     import resource
-    import sys
+
+    from ferry.procs import rss_bytes
 
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    unit = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
-    return usage.ru_utime + usage.ru_stime, float(usage.ru_maxrss * unit)
+    return usage.ru_utime + usage.ru_stime, rss_bytes(usage.ru_maxrss)

@@ -59,14 +59,18 @@ class RunOrder:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
     @classmethod
+    def from_fields(cls, fields: dict[str, Any]) -> RunOrder:
+        """The order ``fields`` give, leaving out the ones this version does not know (an
+        order from a newer Ferry); raises TypeError when one it needs is missing."""
+        return cls(**{k: v for k, v in fields.items() if k in cls.__dataclass_fields__})
+
+    @classmethod
     def read(cls, folder: Path) -> RunOrder:
         """The order in ``folder``, with this process's environment as the job's."""
         path = folder / ORDER
         try:
             raw = json.loads(path.read_bytes())
-            known = {k: raw[k] for k in cls.__dataclass_fields__ if k in raw}
-            known["env"] = dict(os.environ)
-            return cls(**known)
+            return cls.from_fields({**raw, "env": dict(os.environ)})
         except FileNotFoundError:
             raise FerryError(
                 f"{folder} holds no run order ({ORDER})",

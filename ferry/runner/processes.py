@@ -18,7 +18,6 @@ import os
 import selectors
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -26,7 +25,14 @@ from typing import Any
 
 from ferry import defaults
 from ferry.errors import FerryError
-from ferry.procs import SPAWN_LOCK, kill_descendants, reap_children, spare, unspare
+from ferry.procs import (
+    SPAWN_LOCK,
+    kill_descendants,
+    reap_children,
+    rss_bytes,
+    spare,
+    unspare,
+)
 from ferry.runner.spawn import Timestamps, check_executable, spawn
 
 # A line without a newline is written out after this long, so prompts and progress show.
@@ -231,8 +237,7 @@ class Processes:
             member.code = code if code is not None else -signal.SIGKILL
             if usage is not None:
                 self.cpu_seconds += usage.ru_utime + usage.ru_stime
-                unit = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: B on macOS, KiB
-                self.peak_rss = max(self.peak_rss, float(usage.ru_maxrss * unit))
+                self.peak_rss = max(self.peak_rss, rss_bytes(usage.ru_maxrss))
             unspare(member.pid)
             if member.pidfd is not None:
                 self._pidfds.pop(member.pidfd, None)

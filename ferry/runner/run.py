@@ -53,15 +53,18 @@ class _Notice:
 
     def fds(self) -> tuple[int, ...]:
         """What to wait on for it."""
-        return (self.read_fd,) if self.channel is None else (self.read_fd, self.channel.fd)
+        if self.channel is None or self.channel.closed:
+            return (self.read_fd,)
+        return (self.read_fd, self.channel.fd)
 
     def take(self) -> None:
-        """Take what came: signals, and lines from the channel."""
+        """Take what came: signals, and lines from the channel (whose end, the supervisor
+        gone, is a notice too)."""
         self.drain()
-        if self.channel is not None and self.channel.fd >= 0:
-            for line in self.channel.ready():
-                if line.strip() == b"stop":
-                    self.asked = self.asked or signal.SIGTERM
+        if self.channel is not None and not self.channel.closed:
+            lines = self.channel.ready()
+            if b"stop" in (line.strip() for line in lines) or self.channel.closed:
+                self.asked = self.asked or signal.SIGTERM
 
     @classmethod
     def install(cls) -> _Notice:
@@ -94,16 +97,16 @@ class _Lines:
         self.fd = fd
         os.set_blocking(fd, False)
         self._buffer = b""
-        self._closed = False
+        self.closed = False  # the other end has closed
 
     def _fill(self) -> None:
-        while not self._closed:
+        while not self.closed:
             try:
                 chunk = os.read(self.fd, 1 << 16)
             except BlockingIOError:
                 return
             if not chunk:
-                self._closed = True
+                self.closed = True
             self._buffer += chunk
 
     def ready(self) -> list[bytes]:
@@ -119,7 +122,7 @@ class _Lines:
         with selectors.DefaultSelector() as selector:
             selector.register(self.fd, selectors.EVENT_READ)
             while b"\n" not in self._buffer:
-                if self._closed:
+                if self.closed:
                     return None
                 selector.select()
                 self._fill()
@@ -222,8 +225,7 @@ def serve(orders_fd: int, replies_fd: int) -> int:
         try:
             message = json.loads(line)
             folder = Path(message["folder"])
-            known = RunOrder.__dataclass_fields__
-            order = RunOrder(**{k: v for k, v in message["order"].items() if k in known})
+            order = RunOrder.from_fields(message["order"])
             run_attempt(folder, order, notice, answer.tell)
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             print(f"ferry runner: an order it cannot read ({exc})", file=sys.stderr)

@@ -8,28 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ferry, job_status, submit, wait_for
+from tests.conftest import DDP_RESUMING, ferry, job_status, submit, wait_for
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.slow
 
-TRAIN = """
-import os, time
-import torch
-import torch.distributed as dist
-from ferry import runtime
-
-dist.init_process_group("gloo")  # from the variables Ferry set, as torchrun would
-rank, world = dist.get_rank(), dist.get_world_size()
-torch.manual_seed(0)
-model = torch.nn.Linear(4, 1)
-ddp = torch.nn.parallel.DistributedDataParallel(model)
-opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
-ckpt = runtime.checkpoint.restore()
-start = 0
-if ckpt:
-    model.load_state_dict(ckpt.state["model"])
-    start = ckpt.state["step"] + 1
+TRAIN = (
+    DDP_RESUMING
+    + """
 print(f"attempt {os.environ['FERRY_ATTEMPT']} rank {rank} of {world} starts at step {start}",
       flush=True)
 for step in range(start, 40):
@@ -46,6 +32,7 @@ if rank == 0:
     torch.save(model.state_dict(), os.path.join(os.environ["FERRY_MODEL_DIR"], "weights.pt"))
 dist.destroy_process_group()
 """
+)
 
 
 def _weights(job_id: str) -> dict[str, object]:

@@ -7,28 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ferry, job_status, submit, wait_for
+from tests.conftest import DDP_RESUMING, ferry, job_status, submit, wait_for
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.slow
 
-TRAIN = """
-import os, time
-import torch
-import torch.distributed as dist
-from ferry import runtime
-
-dist.init_process_group("gloo")
-rank, world = dist.get_rank(), dist.get_world_size()
-torch.manual_seed(0)
-model = torch.nn.Linear(4, 1)
-ddp = torch.nn.parallel.DistributedDataParallel(model)
-opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
-ckpt = runtime.checkpoint.restore()
-start = 0
-if ckpt:
-    model.load_state_dict(ckpt.state["model"])
-    start = ckpt.state["step"] + 1
+TRAIN = (
+    DDP_RESUMING
+    + """
 if rank == 0:
     print(f"attempt {os.environ['FERRY_ATTEMPT']} starts at step {start} of {world} ranks", flush=True)
 # the first attempt runs until it is preempted (at most 100 s); the next one ends soon
@@ -46,6 +32,7 @@ for step in range(start, end):
     time.sleep(0.1)
 dist.destroy_process_group()
 """
+)
 
 
 def test_torchrun_job_resumes_after_a_preemption(home: Path, project: Path) -> None:
