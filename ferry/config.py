@@ -171,6 +171,23 @@ SETTINGS: dict[str, Setting] = {
         defaults.SUPERVISOR_LINGER,
         "how long a supervisor whose job ended waits for the next job (0: none)",
     ),
+    "ray.address": Setting(
+        _text,
+        None,
+        "Ray cluster for the ray backend: its dashboard, http://HEAD:8265 (default: "
+        "$RAY_ADDRESS, else a head Ferry starts here)",
+    ),
+    "ray.python": Setting(
+        _text,
+        None,
+        "interpreter that runs Ferry on the Ray cluster's nodes (default: this one for a "
+        "cluster on this machine, else python3)",
+    ),
+    "ray.idle": Setting(
+        _duration_or_off,
+        1800.0,
+        "how long the Ray head Ferry started here waits with no job before it stops (0: never)",
+    ),
     "launcher.idle": Setting(
         _duration_or_off, 600.0, "how long the warm launcher waits for commands (0: none)"
     ),

@@ -147,8 +147,11 @@ class Limits(_Model):
     # between the stop notice (SIGTERM) and SIGKILL, for cancel, preemption and the limits;
     # default: the config's local.stop_grace (30 s, as a GCP spot VM gives)
     stop_grace: float | None = None
+    # how long an attempt may wait for a machine (a Ray cluster holds a job whose
+    # resources no node has for ever); default: the backend's own (10 minutes on Ray)
+    max_pending: float | None = None
 
-    @field_validator("max_runtime", "stop_grace", mode="before")
+    @field_validator("max_runtime", "stop_grace", "max_pending", mode="before")
     @classmethod
     def _runtime(cls, value: object) -> float | None:
         return None if value is None else parse_duration(value)

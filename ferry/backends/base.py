@@ -14,12 +14,13 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ferry.errors import Unsupported
 from ferry.store.records import Allocation, Job
 
 if TYPE_CHECKING:
+    from ferry.runner.record import RunFolderReader, RunState
     from ferry.spec import JobSpec
 
 
@@ -36,6 +37,11 @@ class LaunchRequest:
     run_folder: str  # where the attempt's runner records it (a folder, or a bucket prefix)
     grace: float  # seconds between the stop notice and SIGKILL
     procs_per_node: int = 1  # processes per node (a gang when the attempt has several)
+    # for a backend whose attempts run on other machines: the job as their runner needs
+    # it (ferry.runner.machine.Machine's fields), and the file of this machine that gets
+    # the metrics the runner records (the log goes to ``log_path``)
+    machine: dict[str, Any] | None = None
+    metrics_path: str = ""
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,7 @@ class Exit:
     reason: str = ""  # in words: a failure with its last log lines, the provider's reason
     cpu_seconds: float | None = None  # what its processes used, when the backend knows
     peak_rss: float | None = None
+    said: str | None = None  # what the script wrote of its failure, on another machine
 
 
 class RunningAttempt(abc.ABC):
@@ -90,6 +97,9 @@ class Backend(abc.ABC):
     """A place where attempts run. Subclasses set ``name`` and ``features``."""
 
     name: str = ""
+    # whether attempts run on this machine, which the controller makes ready itself (else
+    # the runner does it where the attempt runs, from the request's ``machine``)
+    runs_here: bool = True
     # What the backend honours, by feature key (see :func:`features_used`).
     features: frozenset[str] = frozenset()
 
@@ -140,6 +150,40 @@ class Backend(abc.ABC):
         from ferry import defaults
 
         return float(defaults.STOP_GRACE)
+
+
+def event_messages(reader: RunFolderReader) -> list[str]:
+    """The messages of the run folder's new events."""
+    import contextlib
+    import json
+
+    from ferry.runner.record import RunFolderError
+
+    try:
+        data = reader.read("events")
+    except RunFolderError:
+        return []
+    messages = []
+    for line in data.splitlines():
+        with contextlib.suppress(ValueError, TypeError, AttributeError):
+            messages.append(str(json.loads(line)["message"]))
+    return messages
+
+
+def exit_of(state: RunState) -> Exit:
+    """The end a run folder records, as an :class:`Exit`."""
+    from ferry.runner.run import NOT_STARTED
+
+    if state.outcome == NOT_STARTED:
+        return Exit(Exit.NOT_STARTED, None, state.reason or "the command could not be started")
+    return Exit(
+        Exit.EXITED,
+        state.exit_code,
+        state.reason or "",
+        cpu_seconds=state.cpu_seconds,
+        peak_rss=state.peak_rss,
+        said=state.said,
+    )
 
 
 def features_used(spec: JobSpec) -> dict[str, str]:

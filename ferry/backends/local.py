@@ -22,7 +22,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ferry import config, defaults
-from ferry.backends.base import Backend, Exit, LaunchRequest, RunningAttempt
+from ferry.backends.base import (
+    Backend,
+    Exit,
+    LaunchRequest,
+    RunningAttempt,
+    event_messages,
+    exit_of,
+)
 from ferry.backends.local_inventory import Inventory, local_inventory
 from ferry.errors import DoesNotFit, FerryError, SpecError
 from ferry.procs import close_fds_except, kill_descendants
@@ -80,7 +87,7 @@ class LocalRun(RunningAttempt):
         return self._exit
 
     def events(self) -> list[str]:
-        return _event_messages(self._reader)
+        return event_messages(self._reader)
 
     def stop(self) -> None:
         if self.poll() is None:  # the notice, for this attempt (not one sent after it)
@@ -261,28 +268,10 @@ def _fork_runner(orders: int, replies: int) -> int:
     os._exit(code)
 
 
-def _event_messages(reader: RunFolderReader) -> list[str]:
-    """The messages of the run folder's new events."""
-    import json
-
-    from ferry.runner.record import RunFolderError
-
-    try:
-        data = reader.read("events")
-    except RunFolderError:
-        return []
-    messages = []
-    for line in data.splitlines():
-        with contextlib.suppress(ValueError, TypeError, AttributeError):
-            messages.append(str(json.loads(line)["message"]))
-    return messages
-
-
 def _exit_from(reader: RunFolderReader, runner_code: int, told: bytes) -> Exit:
     """How the attempt ended: as the runner ``told`` (the end's state), else as its run
     folder says (the runner that recorded it has ended with ``runner_code``)."""
     from ferry.runner.record import RunFolderError, RunState
-    from ferry.runner.run import NOT_STARTED
     from ferry.status import describe_exit
 
     try:
@@ -294,15 +283,7 @@ def _exit_from(reader: RunFolderReader, runner_code: int, told: bytes) -> Exit:
             return Exit(Exit.LOST, None, "its runner could not record the attempt's end")
         how = describe_exit(runner_code)
         return Exit(Exit.LOST, None, f"its runner ended ({how}) before recording the end")
-    if state.outcome == NOT_STARTED:
-        return Exit(Exit.NOT_STARTED, None, state.reason or "the command could not be started")
-    return Exit(
-        Exit.EXITED,
-        state.exit_code,
-        state.reason or "",
-        cpu_seconds=state.cpu_seconds,
-        peak_rss=state.peak_rss,
-    )
+    return exit_of(state)
 
 
 class LocalBackend(Backend):

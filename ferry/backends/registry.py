@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 # name -> (import path, extra that provides its dependencies or None)
 BACKENDS: dict[str, tuple[str, str | None]] = {
     "local": ("ferry.backends.local:LocalBackend", None),
+    "ray": ("ferry.backends.ray:RayBackend", "ray"),
 }
 
 

@@ -41,6 +41,7 @@ COMMANDS = {
     "cache": "cache_cmd",
     "config": "config_cmd",
     "agent": "agent_cmd",
+    "ray": "ray_cmd",
     "catalog": "catalog_cmd",
     "cost": "cost_cmd",
     "budget": "budget_cmd",

@@ -319,8 +319,10 @@ def _price_check(spec: Any, store: Any, yes: bool) -> None:
     from ferry.controller.budget import check_submission
 
     backend = spec.backend or str(config.get("backend"))
-    if backend == "local" and not float(config.get("local.price_hour")):
-        return  # free: nothing to say, and no time spent pricing it (submit checks budgets)
+    if backend == "ray" or (backend == "local" and not float(config.get("local.price_hour"))):
+        # free (a Ray cluster is the user's own): nothing to say, and no time spent pricing
+        # it (submit checks budgets)
+        return
     check_submission(store)  # a spent budget says so before any plan is printed
     from ferry.catalog.estimate import quote
 

@@ -22,15 +22,16 @@ from ferry.controller.jobs import (
     submit,
     supervisor_alive,
 )
+from ferry.runner.machine import STAGING_FILE
 from ferry.status import describe_exit
 
 if TYPE_CHECKING:
-    from ferry.controller.attempts import STAGING_FILE, Control, supervise
+    from ferry.controller.attempts import Control, supervise
 
 
 def __getattr__(name: str) -> Any:
     # the attempts half is the supervisor's: submitting and listing never load it
-    if name in ("STAGING_FILE", "Control", "supervise"):
+    if name in ("Control", "supervise"):
         from ferry.controller import attempts
 
         return getattr(attempts, name)

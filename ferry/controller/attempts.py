@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +28,14 @@ from ferry.controller.observe import Observer
 from ferry.controller.policy import Counter, Ended, History, Limits, Outcome, decide
 from ferry.errors import FerryError, TransitionError
 from ferry.procs import hostname, start_time
+from ferry.runner.machine import (
+    STAGING_FILE,
+    LiveSync,
+    bucket_root,
+    checkpoints_mtime,
+    command_argv,
+    stage_inputs,
+)
 from ferry.status import AttemptStatus, JobStatus, describe_exit
 from ferry.store import Job, Store, open_store
 from ferry.units import format_duration
@@ -48,18 +55,6 @@ class Control:
     wake_read: int  # becomes readable when a signal arrives (signal.set_wakeup_fd)
     woken: bool = False  # SIGUSR1 arrived: look at the store now (cancel)
     terminated: int = 0  # the signal that asked the supervisor itself to stop
-
-
-def _command_argv(spec: dict[str, Any]) -> list[str]:
-    from ferry.contract.sagemaker import arguments
-
-    command = [str(w) for w in spec["command"]]
-    extra = arguments(spec.get("contract", "ferry"), spec.get("hyperparameters") or {})
-    if spec.get("shell"):  # words are joined with spaces, as ssh does
-        import shlex
-
-        return ["/bin/sh", "-c", " ".join([*command, *map(shlex.quote, extra)])]
-    return [*command, *extra]
 
 
 def _launch_env(job: Job) -> dict[str, str]:
@@ -183,9 +178,9 @@ def _run_attempts(
     it was submitted with), until it ends. Returns whether this supervisor finished the job
     (rather than a command that declared it lost meanwhile)."""
     from ferry.backends.base import LaunchRequest
-    from ferry.backends.local import LocalBackend, run_folder
-    from ferry.contract import sagemaker
-    from ferry.contract.env import JobDirs, contract_env
+    from ferry.backends.local import run_folder
+    from ferry.backends.registry import get_backend
+    from ferry.contract.env import JobDirs
     from ferry.runner.gang import procs_per_node
     from ferry.runner.spawn import become_subreaper
     from ferry.storage.outputs import OutputSync
@@ -198,8 +193,10 @@ def _run_attempts(
         "supervisor_host": hostname(),
         "supervisor_started": start_time(os.getpid()),
     }
-    become_subreaper()
-    backend = LocalBackend()
+    backend = get_backend(job.backend)
+    here = backend.runs_here  # else the runner makes the other machine ready itself
+    if here:
+        become_subreaper()
     spec = job.spec
     sync = OutputSync.for_outputs(job.outputs, Path(job.job_dir))
     dirs = JobDirs.under(str(sync.local))
@@ -209,7 +206,6 @@ def _run_attempts(
     max_runtime = caps.get("max_runtime")
     preempt_every = (spec.get("simulate") or {}).get("preempt_every")
     contract = spec.get("contract", "ferry")
-    opt_ml = Path(job.job_dir) / "opt_ml"
     state = WorkdirState(
         Path(job.job_dir) / WORKDIR,
         dirs.checkpoints,
@@ -221,7 +217,8 @@ def _run_attempts(
             from ferry.storage.occupancy import record_before
 
             record_before(job.outputs, Path(job.job_dir))
-        dirs.create()
+        if here:
+            dirs.create()
     except OSError as exc:
         _finish_job(store, job_id, _S.FAILED, f"cannot create outputs in {sync.local}: {exc}")
         return True
@@ -249,63 +246,23 @@ def _run_attempts(
             offering=backend.offering(job),
             **me,
         )
-        try:
-            inputs = _stage_inputs(store, job)
-        except FerryError as exc:
-            Path(attempt.log_path).write_text("")
-            _end(
-                store, job_id, attempt.number, AttemptStatus.FAILED, _S.FAILED, str(exc), None, sync
-            )
-            return True
-        behind = state.harvest() if attempt.number > 1 else []
-        fetched = 0
-        if sync.remote:
-            try:  # a fresh machine resumes from the bucket's checkpoints
-                fetched = sync.pull_checkpoints()
-            except Exception as exc:
-                store.add_event(job_id, f"checkpoints could not be fetched: {exc}")
-            else:
-                if fetched:
-                    store.add_event(job_id, f"checkpoints: {fetched} files fetched")
-        try:  # a fresh working folder, as on a new machine, with the declared state back
-            restored = _fresh(store, job, state)
-        except (OSError, FerryError) as exc:
-            Path(attempt.log_path).write_text("")
-            reason = f"cannot prepare the working folder {state.workdir}: {exc}"
-            _end(store, job_id, attempt.number, AttemptStatus.FAILED, _S.FAILED, reason, None, sync)
-            return True
-        if attempt.number > 1:
-            store.add_event(
-                job_id, _starting_point(attempt.number, dirs, sync, fetched, restored, behind)
-            )
-        env = {
-            **base_env,
-            **contract_env(
-                job_id=job_id,
-                attempt=attempt.number,
-                dirs=dirs,
-                gpus=job.allocation.gpus,
-                cpus=job.allocation.cpus,
-                hyperparameters=spec.get("hyperparameters") or {},
-                inputs=inputs,
-                checkpoint_every=(spec.get("checkpoint") or {}).get("every"),
-                bucket_root=_bucket_root(job.outputs),
-            ),
-        }
         metrics_file = Path(job.job_dir) / f"metrics-{attempt.number}.jsonl"
         take_preempt_request(job)  # one left from the last attempt is not for this one
-        env["FERRY_METRICS_FILE"] = str(metrics_file)
-        env["FERRY_CHECKPOINT_KEEP"] = str((spec.get("checkpoint") or {}).get("keep", 3))
-        # a script may say why it failed, as on SageMaker; even when it exits 0. (It is
-        # /opt/ml/output/failure too where a script can see the SageMaker tree.)
-        container = spec.get("paths") == "container"
-        if contract == "sagemaker" or container:
-            failure_file = opt_ml / "output" / "failure"
-            failure_file.parent.mkdir(parents=True, exist_ok=True)
+        if here:
+            try:
+                prepared = _prepare_here(store, job, attempt.number, state, dirs, sync, base_env)
+            except _NotReady as exc:
+                Path(attempt.log_path).write_text("")
+                failed = AttemptStatus.FAILED
+                _end(store, job_id, attempt.number, failed, _S.FAILED, exc.reason, None, sync)
+                return True
+            env, argv, failure_file, hypertune = prepared
+            machine = None
         else:
-            failure_file = Path(job.job_dir) / "failure"
-        failure_file.unlink(missing_ok=True)
-        env["FERRY_FAILURE_FILE"] = str(failure_file)
+            env = _remote_env(job, base_env)
+            argv = command_argv(spec)
+            failure_file = hypertune = Path(job.job_dir) / "hypertune" / "none"
+            machine = _machine(job)
         observer = Observer(
             store,
             job,
@@ -314,15 +271,8 @@ def _run_attempts(
             Path(attempt.log_path),
             dirs.tensorboard,
             notifier,
-            Path(env["CLOUD_ML_HP_METRIC_FILE"]),
+            hypertune,
         )
-        argv = _command_argv(spec)
-        if contract == "sagemaker" or container:
-            sm_env = sagemaker.prepare(opt_ml, dirs, spec.get("hyperparameters") or {}, inputs)
-            if contract == "sagemaker":
-                env.update(sm_env)
-        if container:
-            argv = _in_container_paths(job, argv, env, dirs, opt_ml, inputs, sync, contract)
         request = LaunchRequest(
             job=job,
             attempt=attempt.number,
@@ -333,6 +283,8 @@ def _run_attempts(
             run_folder=str(run_folder(job, attempt.number)),
             grace=grace,
             procs_per_node=procs_per_node(spec),
+            machine=machine,
+            metrics_path=str(metrics_file),
         )
         try:
             running = backend.launch(request)
@@ -370,7 +322,7 @@ def _run_attempts(
             control,
             grace,
             max_runtime,
-            _LiveSync(sync, state),
+            LiveSync(sync, state) if here else None,
             observer,
             preempt_every,
             cap,
@@ -378,16 +330,8 @@ def _run_attempts(
         if attempt.price:  # what it cost, as it ended (a free one stays at 0)
             store.update_attempt(job_id, attempt.number, cost=attempt.cost_at(time.time()))
         observer.finish()  # what the script reported last
-        try:  # checkpoint.paths: the files as the attempt left them, with the checkpoints
-            state.save(final=True, prune=True)
-        except OSError as exc:
-            store.add_event(job_id, f"saving checkpoint.paths files failed: {exc}")
-        if sync.remote:  # a checkpoint saved on the notice reaches the bucket before a resume
-            try:
-                sync.sync(("checkpoints",))
-            except Exception as exc:
-                store.add_event(job_id, f"syncing checkpoints to {sync.target.uri} failed: {exc}")
-        _note_hypertune(store, job_id, Path(env["CLOUD_ML_HP_METRIC_FILE"]))
+        if here:  # (a runner elsewhere did these itself)
+            _after_here(store, job_id, state, sync, hypertune)
         if outcome == "abandoned":
             _abandon(store, job_id, attempt.number, running)
             return False
@@ -409,12 +353,15 @@ def _run_attempts(
                     expected={_S.RUNNING},
                     reason=f"{reason}; the next ferry command or ferry agent resumes it",
                 )
-            with contextlib.suppress(Exception):
-                sync.sync(("checkpoints",))
+            if here:
+                with contextlib.suppress(Exception):
+                    sync.sync(("checkpoints",))
             return False
+        sent = None if here else _sent_outputs(running)
         if outcome == "exited" and ended_as.outcome == ended_as.NOT_STARTED:  # as at launch
             failed = AttemptStatus.FAILED
-            _end(store, job_id, attempt.number, failed, _S.FAILED, ended_as.reason, None, sync)
+            reason = ended_as.reason
+            _end(store, job_id, attempt.number, failed, _S.FAILED, reason, None, sync, sent=sent)
             return True
         ended = _ended(outcome, ended_as, contract, failure_file, max_runtime, observer, cap)
         # (the job as this supervisor last changed it: only it counts retries meanwhile)
@@ -430,7 +377,8 @@ def _run_attempts(
                 decision.reason,
                 code,
                 sync,
-                recycle=state.recycle,
+                recycle=state.recycle if here else None,
+                sent=sent,
             )
             return True
         why = decision.why
@@ -460,6 +408,164 @@ def _run_attempts(
             _backoff(store, job_id, decision.backoff, control)
 
 
+class _NotReady(Exception):
+    """This machine could not be made ready for the attempt (the reason says why)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _prepare_here(
+    store: Store,
+    job: Job,
+    number: int,
+    state: WorkdirState,
+    dirs: JobDirs,
+    sync: OutputSync,
+    base_env: dict[str, str],
+) -> tuple[dict[str, str], list[str], Path, Path]:
+    """Make this machine ready for attempt ``number`` (inputs, checkpoints, a fresh
+    working folder, the contract), as a runner does on another machine; returns the
+    environment, the command, the failure file and the hypertune file. Raises
+    :class:`_NotReady`."""
+    from ferry.contract import sagemaker
+    from ferry.contract.env import contract_env
+
+    job_id = job.id
+    spec = job.spec
+    contract = spec.get("contract", "ferry")
+    opt_ml = Path(job.job_dir) / "opt_ml"
+    try:
+        inputs = stage_inputs(
+            {name: dict(item) for name, item in (spec.get("inputs") or {}).items()},
+            Path(job.job_dir) / "inputs",
+            config.ferry_home() / "cache",
+            lambda message: store.add_event(job_id, message),
+            Path(job.job_dir) / STAGING_FILE,
+        )
+    except FerryError as exc:
+        raise _NotReady(str(exc)) from None
+    behind = state.harvest() if number > 1 else []
+    fetched = 0
+    if sync.remote:
+        try:  # a fresh machine resumes from the bucket's checkpoints
+            fetched = sync.pull_checkpoints()
+        except Exception as exc:
+            store.add_event(job_id, f"checkpoints could not be fetched: {exc}")
+        else:
+            if fetched:
+                store.add_event(job_id, f"checkpoints: {fetched} files fetched")
+    try:  # a fresh working folder, as on a new machine, with the declared state back
+        restored = _fresh(store, job, state)
+    except (OSError, FerryError) as exc:
+        raise _NotReady(f"cannot prepare the working folder {state.workdir}: {exc}") from None
+    if number > 1:
+        store.add_event(job_id, _starting_point(number, dirs, sync, fetched, restored, behind))
+    env = {
+        **base_env,
+        **contract_env(
+            job_id=job_id,
+            attempt=number,
+            dirs=dirs,
+            gpus=job.allocation.gpus,
+            cpus=job.allocation.cpus,
+            hyperparameters=spec.get("hyperparameters") or {},
+            inputs=inputs,
+            checkpoint_every=(spec.get("checkpoint") or {}).get("every"),
+            bucket_root=bucket_root(job.outputs),
+        ),
+    }
+    env["FERRY_METRICS_FILE"] = str(Path(job.job_dir) / f"metrics-{number}.jsonl")
+    env["FERRY_CHECKPOINT_KEEP"] = str((spec.get("checkpoint") or {}).get("keep", 3))
+    # a script may say why it failed, as on SageMaker; even when it exits 0. (It is
+    # /opt/ml/output/failure too where a script can see the SageMaker tree.)
+    container = spec.get("paths") == "container"
+    if contract == "sagemaker" or container:
+        failure_file = opt_ml / "output" / "failure"
+        failure_file.parent.mkdir(parents=True, exist_ok=True)
+    else:
+        failure_file = Path(job.job_dir) / "failure"
+    failure_file.unlink(missing_ok=True)
+    env["FERRY_FAILURE_FILE"] = str(failure_file)
+    argv = command_argv(spec)
+    if contract == "sagemaker" or container:
+        sm_env = sagemaker.prepare(opt_ml, dirs, spec.get("hyperparameters") or {}, inputs)
+        if contract == "sagemaker":
+            env.update(sm_env)
+    if container:
+        argv = _in_container_paths(job, argv, env, dirs, opt_ml, inputs, sync, contract)
+    return env, argv, failure_file, Path(env["CLOUD_ML_HP_METRIC_FILE"])
+
+
+def _after_here(
+    store: Store, job_id: str, state: WorkdirState, sync: OutputSync, hypertune: Path
+) -> None:
+    """After an attempt on this machine: ``checkpoint.paths`` as it left them saved with
+    the checkpoints, which reach the bucket before a resume (one saved on the notice
+    too), and what it reported through cloudml-hypertune noted."""
+    try:
+        state.save(final=True, prune=True)
+    except OSError as exc:
+        store.add_event(job_id, f"saving checkpoint.paths files failed: {exc}")
+    if sync.remote:
+        try:
+            sync.sync(("checkpoints",))
+        except Exception as exc:
+            store.add_event(job_id, f"syncing checkpoints to {sync.target.uri} failed: {exc}")
+    _note_hypertune(store, job_id, hypertune)
+
+
+def _sent_outputs(running: RunningAttempt) -> list[dict[str, Any]] | None:
+    """The files the runner of an attempt elsewhere sent to the bucket, as it listed them
+    in its run folder; None when it listed none (it never got that far)."""
+    from ferry.runner.machine import OUTPUTS
+    from ferry.runner.record import RunFolderError, RunFolderReader
+
+    folder = getattr(running, "folder", None)
+    if folder is None:
+        return None
+    try:
+        data = RunFolderReader(str(folder)).get(OUTPUTS)
+        listed = json.loads(data) if data is not None else None
+    except (RunFolderError, ValueError):
+        return None
+    return listed if isinstance(listed, list) else None
+
+
+def _remote_env(job: Job, base_env: dict[str, str]) -> dict[str, str]:
+    """What a job on another machine gets of the submitter's environment: its spec's
+    ``env`` and ``secrets`` (this machine's PATH or HOME mean nothing there)."""
+    spec = job.spec
+    names = [*(spec.get("env") or {}), *(spec.get("secrets") or ())]
+    return {name: base_env[name] for name in names if name in base_env}
+
+
+def _machine(job: Job) -> dict[str, Any]:
+    """The job as a runner on another machine needs it (:class:`Machine`'s fields)."""
+    from ferry.accelerators import parse_accelerator
+    from ferry.runner.machine import Machine
+
+    spec = job.spec
+    res = spec.get("resources") or {}
+    checkpoint = spec.get("checkpoint") or {}
+    acc = res.get("accelerator")
+    return Machine(
+        job_id=job.id,
+        outputs=job.outputs,
+        inputs={name: dict(item) for name, item in (spec.get("inputs") or {}).items()},
+        hyperparameters=spec.get("hyperparameters") or {},
+        contract=spec.get("contract", "ferry"),
+        checkpoint_every=checkpoint.get("every"),
+        checkpoint_keep=int(checkpoint.get("keep", 3)),
+        checkpoint_paths=list(checkpoint.get("paths") or ()),
+        collect=list(spec.get("collect") or ()),
+        cpus=float(res.get("cpus") or 1),
+        gpus=parse_accelerator(acc).count if acc else 0,
+        sync_interval=float(config.get("outputs.sync_interval")),
+    ).fields()
+
+
 def _ended(
     outcome: str,
     ended_as: Exit,
@@ -480,7 +586,7 @@ def _ended(
             return Ended(Outcome.PREEMPTED, code, ended_as.reason)
         if ended_as.outcome == ended_as.PROVIDER_FAILED:
             return Ended(Outcome.PROVIDER_FAILED, code, ended_as.reason)
-        marker = sagemaker.failure_text(failure_file)
+        marker = ended_as.said or sagemaker.failure_text(failure_file)
         if marker:  # the script said why it failed, as on SageMaker
             where = "/opt/ml/output/failure" if contract == "sagemaker" else "FERRY_FAILURE_FILE"
             return Ended(Outcome.EXITED, code, said=(marker, where))
@@ -666,23 +772,25 @@ def _end(
     code: int | None,
     sync: OutputSync,
     recycle: Callable[[], object] | None = None,
+    sent: list[dict[str, Any]] | None = None,
 ) -> None:
     """Send the outputs (manifest last), then record how the attempt ended and finish the
     job in one transaction: a finished job's outputs are complete. ``recycle`` keeps the
     working folder for another job (once what is collected from it has been), before the
-    job's room is given back: the next job, admitted then, can take it."""
+    job's room is given back: the next job, admitted then, can take it. ``sent``: the
+    files a runner on another machine sent (it collected them too)."""
     ended: dict[str, Any] = {"status": attempt_status, "ended_at": time.time(), "exit_code": code}
     try:
         job = store.get_job(job_id)
         patterns = job.spec.get("collect") or []
-        if patterns:
+        if patterns and sent is None:
             from ferry.storage.workdir import WORKDIR
 
             sync.collect(Path(job.job_dir) / WORKDIR, patterns)
         from ferry.storage.occupancy import read_before
 
         logs = [Path(a.log_path) for a in store.attempts(job_id)]
-        manifest = sync.finish(logs, job_id, read_before(Path(job.job_dir)))
+        manifest = sync.finish(logs, job_id, read_before(Path(job.job_dir)), sent)
         store.add_event(job_id, f"outputs: {len(manifest['files'])} files in {sync.target.uri}")
     except Exception as exc:  # a bucket that refused, a full disk: the job did not deliver
         status = _S.FAILED if status is _S.SUCCEEDED else status
@@ -693,84 +801,6 @@ def _end(
     if attempt_status is not AttemptStatus.SUCCEEDED:
         ended["reason"] = reason
     _finish_job(store, job_id, status, reason, attempt=(number, ended), exit_code=code)
-
-
-def _stage_inputs(store: Store, job: Job) -> dict[str, str]:
-    """Bring the job's inputs to this machine; returns name -> what FERRY_INPUT_<NAME> holds."""
-    items = (job.spec.get("inputs") or {}).items()
-    if not items:
-        return {}
-    from ferry.storage.cache import InputCache
-    from ferry.storage.staging import stage_input  # fsspec: only for jobs with inputs
-    from ferry.units import format_size
-
-    cache = InputCache(config.ferry_home() / "cache")
-    progress = _StagingProgress(Path(job.job_dir) / STAGING_FILE)
-    staged: dict[str, str] = {}
-    try:
-        for name, item in items:
-            result = stage_input(
-                name,
-                item["uri"],
-                item.get("mode", "copy"),
-                Path(job.job_dir) / "inputs",
-                cache,
-                progress,
-            )
-            staged[name] = result.path
-            if result.files:
-                store.add_event(
-                    job.id,
-                    f"input {name}: {result.files} files, {format_size(result.bytes_downloaded)} "
-                    f"copied, {format_size(result.bytes_from_cache)} from the cache, in "
-                    f"{format_duration(result.seconds)}",
-                )
-    finally:
-        progress.close()
-    return staged
-
-
-STAGING_FILE = "staging.json"  # progress of input staging, read by `ferry run`
-
-
-class _StagingProgress:
-    """Writes staging progress for followers, at most a few times a second."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.last = 0.0
-
-    def __call__(self, name: str, done: int, total: int, files: int, all_files: int) -> None:
-        now = time.monotonic()
-        if now - self.last < 0.2 and done < total:
-            return
-        self.last = now
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(
-            json.dumps(
-                {
-                    "input": name,
-                    "done": done,
-                    "total": total,
-                    "files": files,
-                    "all_files": all_files,
-                }
-            )
-        )
-        os.replace(tmp, self.path)
-
-    def close(self) -> None:
-        self.path.unlink(missing_ok=True)
-
-
-def _bucket_root(outputs: str) -> str:
-    """The bucket that holds the job's outputs (for BUCKET_ROOT), or the local outputs root."""
-    from ferry.storage.locations import parse_uri
-
-    loc = parse_uri(outputs)
-    if loc.is_local:
-        return str(Path(loc.path).parent)
-    return f"{loc.protocol}://{loc.bucket}"
 
 
 def _backoff(store: Store, job_id: str, n: int, control: Control) -> None:
@@ -794,7 +824,7 @@ def _watch(
     control: Control,
     grace: float,
     max_runtime: float | None,
-    live: _LiveSync,
+    live: LiveSync | None,
     observer: Observer,
     preempt_every: float | None,
     cap: CostCap,
@@ -811,10 +841,10 @@ def _watch(
     preempt_at = (
         time.monotonic() + preempt_every * random.uniform(0.5, 1.5) if preempt_every else None
     )
-    sync = live.sync
+    sync = live.sync if live is not None else None  # (a runner elsewhere sends its own)
     last_beat = last_control = last_sync = last_sample = time.monotonic()
     sync_every = float(config.get("outputs.sync_interval"))
-    last_saved = _mtime(sync.local / "checkpoints")
+    last_saved = checkpoints_mtime(sync.local / "checkpoints") if sync else 0
     sample_every = float(config.get("telemetry.interval"))
     stopping: str | None = None
     stop_sent = 0.0
@@ -822,7 +852,10 @@ def _watch(
     # the cap holds even if the script takes the whole grace period to end
     lookahead = sample_every + grace
     kill_after = grace + _KILL_MARGIN  # the runner's own SIGKILL comes after ``grace``
-    observer.sample(running.pid)  # as it starts: a job shorter than the interval has samples
+    # as it starts: a job shorter than the interval has samples (looked for again a few
+    # times while its runner starts the processes)
+    sampled = observer.sample(running.pid) or running.pid is None
+    first_until = time.monotonic() + _FIRST_SAMPLE_WITHIN
     waiting = selectors.DefaultSelector()
     waiting.register(control.wake_read, selectors.EVENT_READ)
     ends = running.fileno()
@@ -842,6 +875,8 @@ def _watch(
                 waits.append(_POLL_REMOTE)
             if deadline and not stopping:
                 waits.append(max(0.0, deadline - now_wall))
+            if not sampled:
+                waits.append(_FIRST_SAMPLE_EVERY)
             if stopping:
                 waits.append(max(0.0, stop_sent + kill_after - time.monotonic()))
             for key, _ in waiting.select(min(waits)):
@@ -854,15 +889,18 @@ def _watch(
             if mono - last_sample >= sample_every:
                 last_sample = mono
                 observer.sample(running.pid)
-            saved = _mtime(sync.local / "checkpoints") if sync.remote else 0
+            elif not sampled:
+                sampled = observer.sample(running.pid) or mono >= first_until
+            saved = checkpoints_mtime(sync.local / "checkpoints") if sync and sync.remote else 0
             if (
-                sync.remote
+                live is not None
+                and live.sync.remote
                 and not live.busy()
                 and (mono - last_sync >= sync_every or saved != last_saved)
             ):
                 last_sync, last_saved = mono, saved  # a new checkpoint goes up at once
                 live.start()  # checkpoints reach the bucket while the job runs
-            for failure in live.failures():
+            for failure in live.failures() if live is not None else []:
                 store.add_event(job.id, failure)
             if mono - last_beat >= defaults.HEARTBEAT_INTERVAL:
                 store.update_job(job.id, heartbeat_at=time.time())
@@ -922,51 +960,16 @@ def _watch(
 
     finally:  # the attempt's last sync comes after this one
         waiting.close()
-        live.finish()
-        for failure in live.failures():
+        if live is not None:
+            live.finish()
+        for failure in live.failures() if live is not None else []:
             store.add_event(job.id, failure)
 
 
 _KILL_MARGIN = 10.0  # s after the grace before an attempt that did not end is killed
-_POLL_REMOTE = 0.05  # s between polls of an attempt that gives nothing to wait on
-
-
-class _LiveSync:
-    """Sends outputs to the bucket on a helper thread, one sync at a time: a checkpoint of
-    gigabytes going up never delays a cancel, a preemption notice or the heartbeat."""
-
-    def __init__(self, sync: OutputSync, state: WorkdirState) -> None:
-        self.sync = sync
-        self.state = state  # checkpoint.paths: copied in before each sync
-        self.thread: threading.Thread | None = None
-        self._failed: list[str] = []
-
-    def busy(self) -> bool:
-        """Whether a sync is under way."""
-        return self.thread is not None and self.thread.is_alive()
-
-    def start(self) -> None:
-        """Start a sync of what changed."""
-
-        def run() -> None:
-            try:
-                self.state.save(final=False)
-                self.sync.sync()
-            except Exception as exc:
-                self._failed.append(f"syncing outputs to {self.sync.target.uri} failed: {exc}")
-
-        self.thread = threading.Thread(target=run, name="ferry-live-sync", daemon=True)
-        self.thread.start()
-
-    def finish(self) -> None:
-        """Wait for the sync under way, if any."""
-        if self.thread is not None:
-            self.thread.join()
-
-    def failures(self) -> list[str]:
-        """What went wrong since the last call (events to record)."""
-        taken, self._failed = self._failed, []
-        return taken
+_FIRST_SAMPLE_EVERY = 0.1  # s between looks for the processes of an attempt starting ...
+_FIRST_SAMPLE_WITHIN = 5.0  # ... for at most this long
+_POLL_REMOTE = 0.25  # s between polls of an attempt that gives nothing to wait on
 
 
 def _hard_budget_spent(store: Store) -> bool:
@@ -976,20 +979,6 @@ def _hard_budget_spent(store: Store) -> bool:
     if config.get("budget.monthly") is None or not config.get("budget.hard"):
         return False
     return monthly(store).exhausted
-
-
-def _mtime(path: Path) -> int:
-    """The latest modification time of a folder and of the folders in it (changes when a
-    checkpoint is renamed into it, or into lightning/, hf/ ...)."""
-    try:
-        latest = path.stat().st_mtime_ns
-        with os.scandir(path) as entries:
-            for entry in entries:
-                if entry.is_dir(follow_symlinks=False):
-                    latest = max(latest, entry.stat(follow_symlinks=False).st_mtime_ns)
-    except OSError:
-        return 0
-    return latest
 
 
 def _woken(control: Control) -> bool:

@@ -106,11 +106,12 @@ class Observer:
             self.monitor.saw_output(time.time())
         self._flush()
 
-    def sample(self, pid: int | None, last: bool = False, ended: Exit | None = None) -> None:
+    def sample(self, pid: int | None, last: bool = False, ended: Exit | None = None) -> bool:
         """Sample the job's processes (those below ``pid``, its runner; none when the
         attempt runs elsewhere) and GPUs: first as the attempt starts (which sets the
         samplers up), then every ``telemetry.interval``, and a ``last`` time once it has
         ended (``ended``), so that even a job shorter than the interval has samples.
+        Returns whether the sample found the job's processes.
 
         By the last sample the processes have ended and been reaped, and ``ended`` holds
         what they used as their runner counted it: the CPU time since the previous sample
@@ -154,6 +155,7 @@ class Observer:
         self.store.add_metrics(self.job.id, self.attempt, points)
         self.monitor.saw_sample(sample, now)
         self._export(points)
+        return "sys/cpu_percent" in sample
 
     def check(self) -> Alert | None:
         """Raise the alerts that became due (events, notifications); returns the alert that

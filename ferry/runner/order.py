@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ferry.errors import FerryError
@@ -38,21 +37,22 @@ class RunOrder:
     master_port: int = 0  # 0: a free port of this machine, chosen by the runner
     gpus: list[int] = field(default_factory=list)  # this node's GPUs the attempt holds
     durable: bool = True  # sync state.json to disk at each write (a local folder only)
+    # the job as another machine needs it (runner/machine.py); None: the controller's own
+    # machine, which did it already
+    machine: dict[str, Any] | None = None
 
     @property
     def world_size(self) -> int:
         return len(self.hosts) * self.procs_per_node
 
-    def write(self, folder: Path) -> None:
-        """Write the order, but its environment, into the run folder ``folder`` (made
-        private to its owner)."""
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        path = folder / ORDER
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    def write(self, folder: str | os.PathLike[str]) -> None:
+        """Write the order, but its environment, into the run folder ``folder`` (a folder
+        made private to its owner, or a bucket prefix)."""
+        from ferry.runner.record import _Place
+
         fields = self.fields()
         del fields["env"]
-        with os.fdopen(fd, "wb") as file:
-            file.write(json.dumps(fields).encode())
+        _Place(str(folder)).put(ORDER, json.dumps(fields).encode())
 
     def fields(self) -> dict[str, Any]:
         """The order as a dict (its lists shared, not copied)."""
@@ -65,17 +65,21 @@ class RunOrder:
         return cls(**{k: v for k, v in fields.items() if k in cls.__dataclass_fields__})
 
     @classmethod
-    def read(cls, folder: Path) -> RunOrder:
-        """The order in ``folder``, with this process's environment as the job's."""
-        path = folder / ORDER
-        try:
-            raw = json.loads(path.read_bytes())
-            return cls.from_fields({**raw, "env": dict(os.environ)})
-        except FileNotFoundError:
+    def read(cls, folder: str | os.PathLike[str]) -> RunOrder:
+        """The order in the run folder ``folder``, with this process's environment as the
+        job's."""
+        from ferry.runner.record import RunFolderReader
+
+        folder = str(folder)
+        where = f"{folder.rstrip('/')}/{ORDER}"
+        data = RunFolderReader(folder).get(ORDER)
+        if data is None:
             raise FerryError(
                 f"{folder} holds no run order ({ORDER})",
                 "start the runner on an attempt's run folder, as the backend does",
-            ) from None
+            )
+        try:
+            return cls.from_fields({**json.loads(data), "env": dict(os.environ)})
         except (ValueError, TypeError) as exc:
             hint = "was it written by Ferry?"
-            raise FerryError(f"{path} is not a run order ({exc})", hint) from None
+            raise FerryError(f"{where} is not a run order ({exc})", hint) from None

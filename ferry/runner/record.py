@@ -8,6 +8,8 @@ A run folder is a local folder or a prefix in the job's bucket, one per attempt:
     log/000001 ...     the attempt's output, as the process wrote it
     metrics/000001 ... points the script reported or printed, one JSON object a line
     events/000001 ...  what the runner did (inputs staged, notice sent ...), JSON lines
+    order.json         the run order, where the runner was started on another machine
+    outputs.json       the files the runner sent to the bucket (on another machine)
 
 Appending is adding the next segment: every segment is written once and never changed, so
 the same format works on a disk and in a bucket, whose objects cannot be appended to.
@@ -70,6 +72,7 @@ class RunState:
     # at the end: CPU seconds and the largest peak resident memory of those processes
     cpu_seconds: float | None = None
     peak_rss: float | None = None
+    said: str | None = None  # what the script wrote of its failure (FERRY_FAILURE_FILE)
     format: int = FORMAT
 
     def to_json(self) -> bytes:
@@ -233,6 +236,10 @@ class RunFolderWriter:
             if len(buffer) >= self._limit:
                 self._write_out(stream)
 
+    def put(self, name: str, data: bytes) -> None:
+        """Write a file of the run folder whole (``order.json``, ``outputs.json``)."""
+        self._place.put(name, data)
+
     def event(self, message: str, **fields: Any) -> None:
         """Record something the runner did, with the time."""
         line = {"at": self._clock(), "message": message, **fields}
@@ -311,6 +318,10 @@ class RunFolderReader:
         if data is None:
             return None
         return RunState.from_json(data, f"{self._place.loc.uri}/{STATE}")
+
+    def get(self, name: str) -> bytes | None:
+        """A file of the run folder (``outputs.json``), or None when it is not there."""
+        return self._place.get(name)
 
     def read(self, stream: str) -> bytes:
         """What ``stream`` gained since the last call: its next segments, in order (up to

@@ -25,7 +25,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ferry import defaults
@@ -34,7 +34,7 @@ from ferry.procs import RUNNER_NAME, name_this_process
 from ferry.runner.gang import Gang
 from ferry.runner.order import RunOrder
 from ferry.runner.processes import Member, Processes
-from ferry.runner.record import RUNNING, RunFolderWriter, RunState
+from ferry.runner.record import RUNNING, STARTING, RunFolderWriter, RunState
 from ferry.runner.spawn import become_subreaper
 from ferry.status import describe_exit
 
@@ -181,7 +181,7 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def run(folder: Path, order: RunOrder) -> int:
+def run(folder: str | Path, order: RunOrder) -> int:
     """Run ``order`` and record it in the run folder ``folder``; returns the runner's own
     exit code (0 once the end is recorded)."""
     name_this_process(RUNNER_NAME)
@@ -239,25 +239,41 @@ def serve(orders_fd: int, replies_fd: int) -> int:
 
 
 def run_attempt(
-    folder: Path,
+    folder: str | Path,
     order: RunOrder,
     notice: _Notice,
     tell: Callable[[RunState], None] | None = None,
 ) -> None:
-    """Run one order to its end, recorded last in ``folder`` (``tell`` hears it first)."""
+    """Run one order to its end, recorded last in ``folder`` (``tell`` hears it first).
+    An order with a machine plan is made ready here first (inputs, checkpoints, the
+    contract) and its outputs sent when it ends (:mod:`ferry.runner.machine`)."""
     record = RunFolderWriter(str(folder), order.attempt, durable=order.durable, announce=False)
+    machine = None
+    if order.machine is not None:
+        from ferry.runner.machine import Prepared
+
+        record.beat(STARTING)
+        try:
+            machine = Prepared(order, record)
+        except Exception as exc:  # (a full disk, an input that is not there)
+            why = f"the machine could not be made ready: {exc}"
+            record.end(None, NOT_STARTED, why, tell=tell)
+            return
+        order = replace(order, cwd=machine.cwd, env=machine.env, gpus=list(machine.gpus))
     write, log_fd = _log_writer(order, record)
     try:
         procs = Processes(order.argv, order.cwd, rank_envs(order), write)
     except FerryError as exc:
         if log_fd >= 0:
             os.close(log_fd)
+        if machine is not None:
+            machine.finish()
         record.end(None, NOT_STARTED, str(exc), tell=tell)
         return
     try:
         pids = [m.pid for m in procs.members]
         record.beat(RUNNING, pids=pids)
-        failed = _watch(procs, order, notice, record, pids)
+        failed = _watch(procs, order, notice, record, pids, machine.tick if machine else None)
     except BaseException:  # (a full disk): nothing is left running for the next attempt
         procs.kill()
         raise
@@ -270,11 +286,28 @@ def run_attempt(
     if failed is not None and failed.code:
         rank = failed.rank if order.world_size > 1 else None
         reason = failure_reason(failed.code, failed.tail, procs.killed, rank)
-    record.end(code, EXITED, reason, tell, cpu_seconds=procs.cpu_seconds, peak_rss=procs.peak_rss)
+    said = None
+    if machine is not None:
+        said = machine.failure()
+        machine.finish()
+    record.end(
+        code,
+        EXITED,
+        reason,
+        tell,
+        cpu_seconds=procs.cpu_seconds,
+        peak_rss=procs.peak_rss,
+        said=said,
+    )
 
 
 def _watch(
-    procs: Processes, order: RunOrder, notice: _Notice, record: RunFolderWriter, pids: list[int]
+    procs: Processes,
+    order: RunOrder,
+    notice: _Notice,
+    record: RunFolderWriter,
+    pids: list[int],
+    tick: Callable[[], None] | None = None,
 ) -> Member | None:
     """Until every process has ended: deliver the notice, stop the gang when a rank fails,
     kill after the grace, beat. Returns the first member that failed, if any."""
@@ -312,6 +345,8 @@ def _watch(
             record.event("the grace period is over: SIGKILL")
             procs.kill()
         if now >= next_beat:
+            if tick is not None:
+                tick()
             record.beat(RUNNING, pids=pids)
             next_beat = now + defaults.HEARTBEAT_INTERVAL
     return failed
@@ -326,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1 or args[0].startswith("-"):
         print("usage: python -m ferry.runner RUN_FOLDER", file=sys.stderr)
         return 2
-    folder = Path(args[0])
+    folder = args[0]
     try:
         order = RunOrder.read(folder)
     except FerryError as exc:

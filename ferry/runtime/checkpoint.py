@@ -405,10 +405,15 @@ def save(
     ``step``. Only rank 0 writes (state that every rank holds in part, as FSDP's, is not
     handled yet). Returns the checkpoint's folder (None when written in the background, or
     on another rank). A background save that failed is reported on stderr when the next
-    save starts, and that save is made all the same."""
+    save starts, and that save is made all the same. The metrics reported so far are
+    written first: a job that resumes from this checkpoint has every point before it,
+    even when a notice ends the process before the metrics writer's next turn."""
     global _pending
     if _rank() != 0:
         return None
+    from ferry.runtime import metrics
+
+    metrics.flush()
     keep = keep or _keep()
     try:
         wait()  # one save at a time, in order

@@ -193,24 +193,10 @@ class OutputSync:
             copied += 1
         return copied
 
-    def finish(
-        self, logs: list[Path], job_id: str, before: dict[str, tuple[int, int]] | None = None
-    ) -> dict[str, Any]:
-        """Copy the logs in, send everything, then write the manifest last. Files that were
-        there before the job, unchanged (``before``: path -> size, mtime), are not its own
-        and stay out of the manifest."""
-        log_dir = self.local / "logs"
-        log_dir.mkdir(parents=True, exist_ok=True)
-        for log in logs:
-            if not log.exists():
-                continue
-            target = log_dir / log.name
-            target.unlink(missing_ok=True)
-            try:
-                os.link(log, target)  # logs can be large: share them rather than copy
-            except OSError:
-                shutil.copyfile(log, target)
-        self.sync(None)
+    def listing(self, before: dict[str, tuple[int, int]] | None = None) -> list[dict[str, Any]]:
+        """The files of the local folder as the manifest lists them (path, size, sha256),
+        leaving out those there before the job, unchanged (``before``: path -> size,
+        mtime), and files being written."""
         files: list[dict[str, Any]] = []
         for dirpath, dirs, names in os.walk(self.local):
             dirs[:] = [d for d in dirs if not _in_progress(d)]
@@ -230,6 +216,35 @@ class OutputSync:
                 if not path.is_file():
                     continue
                 files.append({"path": relative, "size": stat.st_size, "sha256": _sha256(path)})
+        return files
+
+    def finish(
+        self,
+        logs: list[Path],
+        job_id: str,
+        before: dict[str, tuple[int, int]] | None = None,
+        sent: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
+        """Copy the logs in, send everything, then write the manifest last. Files that were
+        there before the job, unchanged (``before``: path -> size, mtime), are not its own
+        and stay out of the manifest. ``sent``: the files a runner on another machine sent
+        (its listing); the manifest lists them and the logs sent from here."""
+        log_dir = self.local / "logs"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        for log in logs:
+            if not log.exists():
+                continue
+            target = log_dir / log.name
+            target.unlink(missing_ok=True)
+            try:
+                os.link(log, target)  # logs can be large: share them rather than copy
+            except OSError:
+                shutil.copyfile(log, target)
+        self.sync(None)
+        files = self.listing(before)
+        if sent is not None:
+            here = {f["path"] for f in files}
+            files += [f for f in sent if f["path"] not in here]
         manifest = {
             "job_id": job_id,
             "complete": True,

@@ -228,3 +228,30 @@ def test_a_failed_background_save_is_not_lost_at_exit(tmp_path: Path) -> None:
     )
     assert result.returncode == 1
     assert "ferry: the last checkpoint could not be written" in result.stderr
+
+
+def test_a_checkpoint_never_gets_ahead_of_the_metrics(tmp_path: Path) -> None:
+    """Points reported before a save are on disk once it returns: a process killed at once
+    after (a notice with no handler) loses none of them, so a resumed job's series is
+    whole up to its checkpoint."""
+    metrics = tmp_path / "metrics.jsonl"
+    script = textwrap.dedent(
+        """
+        import os, signal
+        from ferry import runtime
+        for step in range(5):
+            runtime.report(step=step, loss=1.0 / (step + 1))
+        runtime.checkpoint.save({"step": 4}, 4)
+        os.kill(os.getpid(), signal.SIGKILL)  # before the metrics writer's next turn
+        """
+    )
+    env = {
+        **os.environ,
+        "FERRY_METRICS_FILE": str(metrics),
+        "FERRY_CHECKPOINT_DIR": str(tmp_path / "ckpt"),
+    }
+    done = subprocess.run([sys.executable, "-c", script], env=env, timeout=60)
+    assert done.returncode == -signal.SIGKILL
+    steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]
+    assert steps == [0, 1, 2, 3, 4]
+    assert [step for step, _ in checkpoint.complete_checkpoints(tmp_path / "ckpt")] == [4]

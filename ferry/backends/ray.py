@@ -1,0 +1,303 @@
+"""The ray backend: each attempt is a Ray job, submitted through the cluster's Jobs API.
+
+The attempt's entrypoint is Ferry's runner (``<python> -m ferry.runner RUN_FOLDER``, the
+interpreter named: a bare ``python`` may be another one on the cluster's nodes), with the
+job's code snapshot as its ``working_dir``. The runner makes the node ready (inputs,
+checkpoints, the contract), runs the command or the gang, sends the outputs to the
+bucket, and records everything in the run folder, which the controller reads: the
+attempt's log, metrics and events come from there, its end from ``state.json``.
+
+The run folder is the job's folder on this machine when the cluster runs here, else a
+prefix of the job's bucket (``<bucket>/.ferry/runs/<job>/<attempt>``).
+
+Ray's states map to the controller's outcomes: PENDING and RUNNING are running (PENDING
+ends after ``limits.max_pending``, 10 minutes by default, since Ray waits for ever for
+resources no node has: a provider failure, with what the cluster offers); SUCCEEDED,
+FAILED and STOPPED end the attempt as its run folder records; a job the cluster no
+longer knows, or one whose runner died without recording its end, is lost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ferry import config
+from ferry.backends import ray_jobs
+from ferry.backends.base import (
+    Backend,
+    Exit,
+    LaunchRequest,
+    RunningAttempt,
+    event_messages,
+    exit_of,
+)
+from ferry.backends.ray_cluster import Cluster, cluster, describe_cluster, ray_label
+from ferry.errors import FerryError, SpecError, Unsupported
+from ferry.store.records import Job
+from ferry.units import format_duration, format_size
+
+DEFAULT_MAX_PENDING = 600.0  # s an attempt may wait for the cluster to place it
+_POLL_EVERY = 0.5  # s between looks at the Jobs API and the run folder
+_KILL_MARGIN = 10  # s Ray waits after the runner's grace before it SIGKILLs the runner
+RUNS_PREFIX = ".ferry/runs"  # in the job's bucket: the run folders of remote attempts
+
+
+def run_folder(job: Job, attempt: int, local: bool) -> str:
+    """Where attempt ``attempt`` of ``job`` records itself: the job's folder when the
+    cluster runs on this machine, else its bucket."""
+    from ferry.storage.locations import parse_uri
+
+    if local:
+        return str(Path(job.job_dir) / "runs" / str(attempt))
+    outputs = parse_uri(job.outputs)
+    return f"{outputs.protocol}://{outputs.bucket}/{RUNS_PREFIX}/{job.id}/{attempt}"
+
+
+def _handle(submission_id: str, dashboard: str) -> str:
+    return f"{submission_id}@{dashboard}"
+
+
+def _parse_handle(handle: str) -> tuple[str, str]:
+    submission_id, _, dashboard = handle.partition("@")
+    return submission_id, dashboard
+
+
+class RayRun(RunningAttempt):
+    """An attempt submitted to a Ray cluster, followed through the Jobs API and its run
+    folder."""
+
+    def __init__(self, request: LaunchRequest, where: Cluster) -> None:
+        from ferry.runner.order import RunOrder
+        from ferry.runner.record import RunFolderReader
+
+        job = request.job
+        self.where = where
+        self.jobs = ray_jobs.RayJobs(where.dashboard)
+        self.folder = request.run_folder
+        order = RunOrder(
+            attempt=request.attempt,
+            argv=request.argv,
+            cwd=".",  # Ray's working_dir: the code snapshot
+            env={},
+            grace=request.grace,
+            procs_per_node=request.procs_per_node,
+            machine=request.machine,
+        )
+        order.write(self.folder)
+        package = self.jobs.upload_folder(Path(job.job_dir) / "code")
+        python = str(config.get("ray.python") or (sys.executable if where.local else "python3"))
+        env = {
+            **request.env,
+            # Ray's own SIGKILL comes after the runner's: the runner records the end
+            "RAY_JOB_STOP_WAIT_TIME_S": str(int(request.grace) + _KILL_MARGIN),
+        }
+        if where.local:  # the node is this machine: the same cache of inputs
+            env.setdefault("FERRY_HOME", str(config.ferry_home()))
+        self.submission_id = f"ferry-{job.id}-{request.attempt}"
+        submit = submit_request(request, self.submission_id, python, self.folder, package, env)
+        self.jobs.submit(submit)
+        self.handle = _handle(self.submission_id, where.dashboard)
+        self.pid = None
+        self._reader = RunFolderReader(self.folder)
+        self._log = request.log_path
+        self._metrics = request.metrics_path
+        self._events: list[str] = []
+        self._exit: Exit | None = None
+        self._launched = time.monotonic()
+        self._next_look = 0.0
+        self._stopped = False
+        limits = job.spec.get("limits") or {}
+        self._max_pending = float(limits.get("max_pending") or DEFAULT_MAX_PENDING)
+        self._asks = _asks(submit)
+
+    def poll(self) -> Exit | None:
+        if self._exit is not None:
+            return self._exit
+        now = time.monotonic()
+        if now < self._next_look:
+            return None
+        self._next_look = now + _POLL_EVERY
+        self._mirror()
+        info = self.jobs.job(self.submission_id)
+        if info is None:
+            self._exit = Exit(
+                Exit.LOST,
+                None,
+                f"the Ray cluster at {self.where.dashboard} no longer knows its job "
+                f"{self.submission_id} (did the head restart?)",
+            )
+        elif info.status == ray_jobs.PENDING:
+            if not self._stopped and now - self._launched > self._max_pending:
+                with contextlib.suppress(FerryError):
+                    self.jobs.stop(self.submission_id)
+                self._exit = Exit(Exit.PROVIDER_FAILED, None, self._unplaced())
+        elif info.status in ray_jobs.TERMINAL:
+            self._exit = self._ended(info)
+        return self._exit
+
+    def _ended(self, info: ray_jobs.RayJob) -> Exit:
+        """The end of a job Ray has finished: as the run folder records it, else Ray's
+        words."""
+        from ferry.runner.record import RunFolderError
+
+        try:
+            state = self._reader.state()
+        except RunFolderError:
+            state = None
+        if state is not None and state.ended:
+            self._mirror()  # (every segment the end names)
+            return exit_of(state)
+        said = f"Ray: {info.status}" + (f" ({info.message})" if info.message else "")
+        if info.status == ray_jobs.STOPPED:
+            return Exit(Exit.EXITED, None, f"stopped before its runner recorded the end; {said}")
+        if state is None and info.error_type:  # never got as far as the runner
+            return Exit(Exit.PROVIDER_FAILED, None, said)
+        return Exit(Exit.LOST, None, f"its runner ended without recording the end; {said}")
+
+    def _unplaced(self) -> str:
+        """Why a pending attempt is given up, with what the cluster has."""
+        offers = ""
+        with contextlib.suppress(Exception):
+            offers = f"; the cluster has {describe_cluster(self.where.dashboard)}"
+        return (
+            f"no node of the Ray cluster took it within limits.max_pending "
+            f"({format_duration(self._max_pending)}): it asks for {self._asks}{offers}"
+        )
+
+    def _mirror(self) -> None:
+        """Copy the run folder's new log and metrics to this machine's files; keep its
+        events for :meth:`events`."""
+        from ferry.runner.record import RunFolderError
+
+        try:
+            log = self._reader.read("log")
+            metrics = self._reader.read("metrics")
+        except RunFolderError:
+            return
+        if log:
+            with open(self._log, "ab") as file:
+                file.write(log)
+        if metrics and self._metrics:
+            with open(self._metrics, "ab") as file:
+                file.write(metrics)
+        self._events += event_messages(self._reader)
+
+    def events(self) -> list[str]:
+        taken, self._events = self._events, []
+        return taken
+
+    def stop(self) -> None:
+        """The notice: Ray sends SIGTERM to the runner (and its processes); the runner
+        stops the gang, SIGKILLs it after the grace and records the end."""
+        if self.poll() is None and not self._stopped:
+            self._stopped = True
+            self.jobs.stop(self.submission_id)
+
+    def kill(self) -> None:
+        """Ray has no kill: the stop again (Ray SIGKILLs what is left after the grace)."""
+        if self._exit is None:
+            with contextlib.suppress(FerryError):
+                self.jobs.stop(self.submission_id)
+
+
+def submit_request(
+    request: LaunchRequest,
+    submission_id: str,
+    python: str,
+    folder: str,
+    package: str,
+    env: dict[str, str],
+) -> dict[str, Any]:
+    """The Jobs API request (Ray's ``JobSubmitRequest`` fields) for one attempt."""
+    from ferry.accelerators import parse_accelerator
+
+    res = request.job.spec.get("resources") or {}
+    body: dict[str, Any] = {
+        "entrypoint": f"{shlex.quote(python)} -m ferry.runner {shlex.quote(folder)}",
+        "submission_id": submission_id,
+        "runtime_env": {"working_dir": package, "env_vars": env},
+        "metadata": {"ferry_job": request.job.id, "ferry_attempt": str(request.attempt)},
+        "entrypoint_num_cpus": float(res.get("cpus") or 1),
+    }
+    if res.get("memory"):
+        body["entrypoint_memory"] = int(res["memory"])
+    if res.get("accelerator"):
+        acc = parse_accelerator(res["accelerator"])
+        body["entrypoint_num_gpus"] = acc.count
+        body["entrypoint_resources"] = {f"accelerator_type:{ray_label(acc.name)}": 0.001}
+    return body
+
+
+def _asks(submit: dict[str, Any]) -> str:
+    parts = [f"{submit['entrypoint_num_cpus']:g} CPU"]
+    if submit.get("entrypoint_num_gpus"):
+        parts.append(f"{submit['entrypoint_num_gpus']} GPU")
+    if submit.get("entrypoint_memory"):
+        parts.append(f"{format_size(submit['entrypoint_memory'])} memory")
+    for resource in submit.get("entrypoint_resources") or {}:
+        parts.append(resource)
+    return ", ".join(parts)
+
+
+class RayBackend(Backend):
+    """Attempts run as Ray jobs on a Ray cluster (the one Ferry starts here by default)."""
+
+    name = "ray"
+    runs_here = False
+    features = frozenset({"inputs.remote", "inputs.stream", "outputs.remote"})
+
+    def _check(self, spec: Any) -> None:
+        if spec.environment.requirements:
+            raise Unsupported(
+                "the ray backend does not install environment.requirements yet",
+                "install the packages on the cluster's nodes, or use the local backend",
+            )
+        acc = spec.resources.accelerator_request
+        if acc is not None:
+            ray_label(acc.name)
+        outputs = spec.outputs or ""
+        local_outputs = "://" not in outputs or outputs.startswith("file://")
+        given = config.get("ray.address")
+        import os
+
+        address = str(given or os.environ.get("RAY_ADDRESS") or "")
+        if local_outputs and address:
+            from urllib.parse import urlsplit
+
+            from ferry.backends.ray_cluster import LOCAL_HOSTS, dashboard_url
+
+            host = urlsplit(dashboard_url(address)).hostname or ""
+            if host not in LOCAL_HOSTS:
+                raise SpecError(
+                    f"the Ray cluster at {address} runs on other machines, which cannot "
+                    "write the job's outputs to a folder of this one",
+                    "give outputs in a bucket (outputs: s3://BUCKET/path/{job_id})",
+                )
+
+    def offering(self, job: Job) -> str:
+        acc = (job.spec.get("resources") or {}).get("accelerator")
+        return f"ray {acc}" if acc else "ray"
+
+    def launch(self, request: LaunchRequest) -> RayRun:
+        where = cluster()
+        folder = run_folder(request.job, request.attempt, where.local)
+        return RayRun(_with_folder(request, folder), where)
+
+    def cancel(self, job: Job, attempt: int, handle: str | None) -> None:
+        """Stop the attempt's Ray job (the notice, then SIGKILL after the grace)."""
+        if not handle or "@" not in handle:
+            return
+        submission_id, dashboard = _parse_handle(handle)
+        with contextlib.suppress(FerryError):
+            ray_jobs.RayJobs(dashboard).stop(submission_id)
+
+
+def _with_folder(request: LaunchRequest, folder: str) -> LaunchRequest:
+    from dataclasses import replace
+
+    return replace(request, run_folder=folder)

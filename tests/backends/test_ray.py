@@ -1,0 +1,310 @@
+"""The ray backend against a real Ray head on this machine (started once per test session
+by Ferry's own code, with two declared T4 GPUs), through the real `ferry` command: the
+runner as the Ray job's entrypoint, the contract, inputs and outputs (a folder, and S3
+through moto's server), gangs, cancel, preemption and resume, a runner killed under its
+job, and an attempt that no node can take."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import textwrap
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ferry.backends.ray_cluster import dashboard_url
+from ferry.backends.ray_jobs import zip_folder
+from tests.backends.test_local import wait_status
+from tests.conftest import assert_one_line_error, ferry, ferry_json, job_status, submit, wait_for
+from tests.storage.conftest import s3_endpoint  # noqa: F401 - a fixture
+
+pytestmark = pytest.mark.xdist_group("ray")  # one head, on one worker
+
+SCRIPT = textwrap.dedent(
+    """
+    import json, os, signal, sys, time
+    from pathlib import Path
+    from ferry import runtime
+    keys = ("FERRY_JOB_ID", "FERRY_ATTEMPT", "RANK", "WORLD_SIZE", "CUDA_VISIBLE_DEVICES",
+            "SM_MODEL_DIR", "TOKEN", "FERRY_INPUT_DATA")
+    print(json.dumps({k: os.environ.get(k) for k in keys}), flush=True)
+    mode = sys.argv[1] if len(sys.argv) > 1 else "ok"
+    if mode == "fail":
+        print("something broke", file=sys.stderr, flush=True)
+        sys.exit(3)
+    data = os.environ.get("FERRY_INPUT_DATA")
+    if data:
+        print("input says", Path(data, "numbers.txt").read_text().strip(), flush=True)
+    start = int(Path("step.txt").read_text()) if Path("step.txt").exists() else 0
+    print("starting at", start, flush=True)
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+    steps = 40 if mode == "long" else 3
+    for step in range(start, steps):
+        if stop:
+            Path("step.txt").write_text(str(step))
+            print("saved at", step, flush=True)
+            sys.exit(143)
+        runtime.report(loss=1.0 / (step + 1), step=step)
+        time.sleep(0.2 if mode == "long" else 0.05)
+    if os.environ.get("RANK", "0") == "0":
+        Path(os.environ["FERRY_MODEL_DIR"], "model.txt").write_text("weights")
+    print("done", flush=True)
+    """
+)
+
+
+@pytest.fixture(scope="session")
+def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Ray head on this machine, started as Ferry starts one (``ray.address`` unset):
+    127.0.0.1, two declared T4 GPUs."""
+    from ferry.backends.ray_cluster import LocalHead
+
+    home = tmp_path_factory.mktemp("ray-home")
+    env = {**os.environ, "FERRY_HOME": str(home)}
+    for key, value in (("local.gpus", "2"), ("local.gpu_type", "T4"), ("ray.idle", "0")):
+        assert ferry("config", "set", key, value, env=env).returncode == 0
+    before = os.environ.get("FERRY_HOME")
+    os.environ["FERRY_HOME"] = str(home)
+    try:
+        url = LocalHead().ensure()
+    finally:
+        if before is None:
+            del os.environ["FERRY_HOME"]
+        else:
+            os.environ["FERRY_HOME"] = before
+    yield url
+    os.environ["FERRY_HOME"] = str(home)
+    try:
+        LocalHead().stop()
+    finally:
+        if before is None:
+            del os.environ["FERRY_HOME"]
+        else:
+            os.environ["FERRY_HOME"] = before
+
+
+@pytest.fixture
+def ray_project(home: Path, project: Path, ray_head: str, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A project whose jobs go to the session's head (through RAY_ADDRESS)."""
+    monkeypatch.setenv("RAY_ADDRESS", ray_head)
+    (project / "train.py").write_text(SCRIPT)
+    return project
+
+
+def _submit_spec(project: Path, text: str) -> str:
+    """Submit the job ``text`` specifies (on the ray backend)."""
+    spec = project / "job.yaml"
+    spec.write_text(f"backend: ray\n{text}")
+    return submit(str(spec), cwd=project)
+
+
+def _ray_job(ray_head: str, submission_id: str) -> dict[str, object]:
+    with urllib.request.urlopen(f"{ray_head}/api/jobs/{submission_id}", timeout=10) as answer:
+        data: dict[str, object] = json.loads(answer.read())
+    return data
+
+
+def _started(job_id: str) -> None:
+    wait_for(lambda: "starting at 0" in _logs(job_id), 60, "the job to start")
+
+
+def _logs(job_id: str, *args: str) -> str:
+    result = ferry("logs", job_id, *args)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_a_job_runs_as_a_ray_job_under_the_contract(ray_project: Path, ray_head: str) -> None:
+    result = ferry(
+        "run",
+        "--backend",
+        "ray",
+        "--secret",
+        "TOKEN",
+        "--",
+        "python",
+        "train.py",
+        cwd=ray_project,
+        env={"TOKEN": "s3cr3t-value"},
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    job_id = ferry_json("jobs")[0]["id"]
+    status = job_status(job_id)
+    assert status["status"] == "SUCCEEDED", status
+    first = json.loads(_logs(job_id).splitlines()[0])
+    assert first["FERRY_JOB_ID"] == job_id and first["FERRY_ATTEMPT"] == "1"
+    assert first["TOKEN"] == "s3cr3t-value"  # the secret reached the job ...
+    assert first["SM_MODEL_DIR"].endswith(f"{job_id}/model")
+    assert "done" in _logs(job_id)
+    # ... through Ray, not through the order or the record (the script printed it)
+    runs = Path(status["attempts"][0]["log_path"]).parent / "runs" / "1"
+    assert (runs / "order.json").exists()
+    for path in runs.rglob("*"):
+        if path.is_file() and path.parent.name != "log":
+            assert b"s3cr3t-value" not in path.read_bytes(), path
+    # the Ray job: the runner as entrypoint, with this interpreter, the code as working_dir
+    ray_job = _ray_job(ray_head, f"ferry-{job_id}-1")
+    assert ray_job["status"] == "SUCCEEDED"
+    assert " -m ferry.runner " in str(ray_job["entrypoint"])
+    assert str(ray_job["entrypoint"]).startswith(os.path.dirname(sys.executable))
+    # outputs: the model, and the manifest lists it
+    outputs = Path(status["outputs"])
+    assert (outputs / "model" / "model.txt").read_text() == "weights"
+    manifest = json.loads((outputs / "manifest.json").read_text())
+    assert "model/model.txt" in {f["path"] for f in manifest["files"]}
+    metrics = ferry_json("metrics", job_id)
+    assert any(m["name"] == "loss" for m in metrics), metrics
+
+
+def test_a_failing_script_fails_the_job_with_its_last_lines(ray_project: Path) -> None:
+    job_id = submit("--backend", "ray", "--", "python", "train.py", "fail", cwd=ray_project)
+    status = wait_status(job_id, "FAILED", timeout=90)
+    assert status["exit_code"] == 3
+    assert "something broke" in status["reason"], status["reason"]
+
+
+def test_a_gang_of_two_ranks_runs_on_the_node(ray_project: Path) -> None:
+    job_id = submit(
+        "--backend",
+        "ray",
+        "--accelerator",
+        "T4:2",
+        "--procs-per-node",
+        "2",
+        "--",
+        "python",
+        "train.py",
+        cwd=ray_project,
+    )
+    wait_status(job_id, "SUCCEEDED", timeout=90)
+    rank1 = [json.loads(line) for line in _logs(job_id, "--rank", "1").splitlines()[:1]]
+    assert rank1[0]["RANK"] == "1" and rank1[0]["WORLD_SIZE"] == "2"
+    # Ray gave the entrypoint the two GPUs; every rank sees both (torchrun's way)
+    assert sorted(rank1[0]["CUDA_VISIBLE_DEVICES"].split(",")) == ["0", "1"]
+
+
+def test_inputs_are_staged_on_the_node(ray_project: Path, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "numbers.txt").write_text("1 2 3\n")
+    job_id = _submit_spec(
+        ray_project, f"command: [python, train.py]\ninputs:\n  data: {{uri: '{data}'}}\n"
+    )
+    wait_status(job_id, "SUCCEEDED", timeout=90)
+    assert "input says 1 2 3" in _logs(job_id)
+
+
+def test_cancel_stops_the_ray_job(ray_project: Path, ray_head: str) -> None:
+    job_id = submit("--backend", "ray", "--", "python", "train.py", "long", cwd=ray_project)
+    _started(job_id)
+    assert ferry("cancel", job_id).returncode == 0
+    status = wait_status(job_id, "CANCELLED", timeout=60)
+    assert "saved at" in _logs(job_id)  # it had the notice
+    assert _ray_job(ray_head, f"ferry-{job_id}-1")["status"] == "STOPPED"
+    assert status["attempts"][0]["status"] == "CANCELLED"
+
+
+def test_a_preempted_job_resumes_from_its_checkpoint_paths(ray_project: Path) -> None:
+    job_id = _submit_spec(
+        ray_project,
+        "command: [python, train.py, long]\ncheckpoint: {paths: [step.txt]}\n"
+        "limits: {stop_grace: 10s}\n",
+    )
+    _started(job_id)
+    wait_for(lambda: ferry_json("metrics", job_id), 30, "a reported metric")
+    assert ferry("preempt", job_id).returncode == 0
+    status = wait_status(job_id, "SUCCEEDED", timeout=120)
+    first, second = status["attempts"][:2]
+    assert first["status"] == "PREEMPTED" and second["status"] == "SUCCEEDED"
+    saved = int(_logs(job_id, "--attempt", "1").split("saved at")[1].split()[0])
+    assert f"starting at {saved}" in _logs(job_id, "--attempt", "2")
+    assert saved > 0
+
+
+def test_a_runner_killed_under_its_job_makes_the_attempt_lost(ray_project: Path) -> None:
+    job_id = submit("--backend", "ray", "--", "python", "train.py", "long", cwd=ray_project)
+    _started(job_id)
+    job_dir = Path(job_status(job_id)["attempts"][0]["log_path"]).parent
+    state_file = job_dir / "runs" / "1" / "state.json"
+    runner = json.loads(state_file.read_text())["pid"]
+    os.kill(runner, signal.SIGKILL)
+    status = wait_status(job_id, "SUCCEEDED", timeout=120)  # resumed under a new attempt
+    lost = status["attempts"][0]
+    assert lost["status"] == "LOST", lost
+    assert "without recording the end" in lost["reason"], lost["reason"]
+
+
+def test_an_attempt_no_node_can_take_ends_after_max_pending(ray_project: Path) -> None:
+    job_id = _submit_spec(
+        ray_project,
+        "command: [python, train.py]\nresources: {accelerator: 'T4:8'}\n"
+        "limits: {max_pending: 3s}\n",
+    )
+    status = wait_status(job_id, "FAILED", timeout=60)
+    reason = status["reason"]
+    assert "no node of the Ray cluster took it within limits.max_pending (3.0s)" in reason, reason
+    assert "8 GPU" in reason and "the cluster has 2 CPU, 2 GPU" in reason, reason
+
+
+def test_outputs_in_s3_are_sent_by_the_runner(
+    ray_project: Path,
+    s3_endpoint: str,  # noqa: F811 - the fixture imported above
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import s3fs
+
+    creds = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+    for key, value in {**creds, "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(key, value)
+    assert ferry("config", "set", "storage.s3.endpoint_url", s3_endpoint).returncode == 0
+    s3 = s3fs.S3FileSystem(endpoint_url=s3_endpoint, key="testing", secret="testing")
+    bucket = f"t{os.urandom(4).hex()}"
+    s3.mkdir(bucket)
+    job_id = _submit_spec(
+        ray_project,
+        f"command: [python, train.py]\noutputs: s3://{bucket}/runs/{{job_id}}\n"
+        "secrets: [AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY]\n",
+    )
+    wait_status(job_id, "SUCCEEDED", timeout=90)
+    s3.invalidate_cache()
+    assert s3.cat(f"{bucket}/runs/{job_id}/model/model.txt") == b"weights"
+    manifest = json.loads(s3.cat(f"{bucket}/runs/{job_id}/manifest.json"))
+    listed = {f["path"] for f in manifest["files"]}
+    assert "model/model.txt" in listed and "logs/attempt-1.log" in listed, listed
+
+
+def test_a_cluster_on_other_machines_needs_outputs_in_a_bucket(
+    home: Path, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RAY_ADDRESS", "http://10.1.2.3:8265")
+    (project / "train.py").write_text("pass\n")
+    result = ferry("run", "--backend", "ray", "--", "python", "train.py", cwd=project)
+    line = assert_one_line_error(result, 2)
+    assert "cannot write the job's outputs to a folder of this one" in line, line
+
+
+def test_addresses_name_the_jobs_api() -> None:
+    assert dashboard_url("http://head:8265/") == "http://head:8265"
+    assert dashboard_url("ray://head:10001") == "http://head:8265"
+    assert dashboard_url("head:6379") == "http://head:8265"
+    assert dashboard_url("head:9000") == "http://head:9000"
+    assert dashboard_url("head") == "http://head:8265"
+
+
+def test_the_code_package_depends_on_the_files_only(tmp_path: Path) -> None:
+    folder = tmp_path / "code"
+    (folder / "pkg").mkdir(parents=True)
+    (folder / "train.py").write_text("print(1)\n")
+    (folder / "pkg" / "util.py").write_text("X = 1\n")
+    data, digest = zip_folder(folder)
+    os.utime(folder / "train.py", (1, 1))  # a new time, the same files: the same package
+    assert zip_folder(folder) == (data, digest)
+    (folder / "train.py").write_text("print(2)\n")
+    assert zip_folder(folder)[1] != digest
