@@ -302,6 +302,11 @@ def _record_crash(job_id: str, exc: Exception) -> None:
         job = store.get_job(job_id)
         for attempt in store.attempts(job_id):
             if not attempt.status.is_terminal():
+                if attempt.backend != "local":  # an attempt elsewhere: ended there too
+                    with contextlib.suppress(Exception):
+                        from ferry.backends.registry import get_backend
+
+                        get_backend(attempt.backend).cancel(job, attempt.number, attempt.handle)
                 store.update_attempt(
                     job_id,
                     attempt.number,

@@ -128,6 +128,11 @@ class Backend(abc.ABC):
         """End attempt ``attempt`` of ``job`` (launched with ``handle``) from any process:
         the one that launched it may be gone. Does nothing to an attempt that has ended."""
 
+    def outputs_sent(self, job: Job, attempt: int, handle: str | None) -> list[Any] | None:
+        """What the runner of an attempt elsewhere sent to the outputs (its run folder's
+        listing: path, size, sha256 of each file); None when it listed nothing."""
+        return None
+
     # What an attempt of a job costs and gets here, asked at each launch (the controller
     # records them with the attempt, and bills and stops it by them).
 
@@ -157,11 +162,11 @@ def event_messages(reader: RunFolderReader) -> list[str]:
     import contextlib
     import json
 
-    from ferry.runner.record import RunFolderError
+    from ferry.errors import FerryError
 
     try:
         data = reader.read("events")
-    except RunFolderError:
+    except FerryError:  # (a bucket that did not answer: read again next time)
         return []
     messages = []
     for line in data.splitlines():

@@ -20,7 +20,9 @@ longer knows, or one whose runner died without recording its end, is lost.
 from __future__ import annotations
 
 import contextlib
+import json
 import shlex
+import signal
 import sys
 import time
 from pathlib import Path
@@ -38,24 +40,31 @@ from ferry.backends.base import (
 )
 from ferry.backends.ray_cluster import Cluster, cluster, describe_cluster, ray_label
 from ferry.errors import FerryError, SpecError, Unsupported
+from ferry.runner.run import SECRETS, STOPPED
+from ferry.status import describe_exit
 from ferry.store.records import Job
 from ferry.units import format_duration, format_size
 
 DEFAULT_MAX_PENDING = 600.0  # s an attempt may wait for the cluster to place it
 _POLL_EVERY = 0.5  # s between looks at the Jobs API and the run folder
-_KILL_MARGIN = 10  # s Ray waits after the runner's grace before it SIGKILLs the runner
+# s Ray waits after the runner's grace before it SIGKILLs the runner: its last upload of
+# checkpoints and outputs happens in this time
+_UPLOAD_ALLOWANCE = 600
+_UNREACHABLE_LOST = 300.0  # s without an answer from the cluster before the attempt is lost
+_UNPLACED_STOP = 10.0  # s a stopped job Ray never placed is given before it counts as ended
 RUNS_PREFIX = ".ferry/runs"  # in the job's bucket: the run folders of remote attempts
 
 
-def run_folder(job: Job, attempt: int, local: bool) -> str:
+def run_folder(job: Job, attempt: int, submission_id: str, local: bool) -> str:
     """Where attempt ``attempt`` of ``job`` records itself: the job's folder when the
-    cluster runs on this machine, else its bucket."""
+    cluster runs on this machine, else its bucket (under the Ray job's submission id,
+    which no other attempt has)."""
     from ferry.storage.locations import parse_uri
 
-    if local:
-        return str(Path(job.job_dir) / "runs" / str(attempt))
     outputs = parse_uri(job.outputs)
-    return f"{outputs.protocol}://{outputs.bucket}/{RUNS_PREFIX}/{job.id}/{attempt}"
+    if local or outputs.is_local:
+        return str(Path(job.job_dir) / "runs" / str(attempt))
+    return f"{outputs.protocol}://{outputs.bucket}/{RUNS_PREFIX}/{submission_id}"
 
 
 def _handle(submission_id: str, dashboard: str) -> str:
@@ -71,14 +80,15 @@ class RayRun(RunningAttempt):
     """An attempt submitted to a Ray cluster, followed through the Jobs API and its run
     folder."""
 
-    def __init__(self, request: LaunchRequest, where: Cluster) -> None:
+    def __init__(self, request: LaunchRequest, where: Cluster, submission_id: str) -> None:
         from ferry.runner.order import RunOrder
-        from ferry.runner.record import RunFolderReader
+        from ferry.runner.record import RunFolderReader, _Place
 
         job = request.job
         self.where = where
         self.jobs = ray_jobs.RayJobs(where.dashboard)
         self.folder = request.run_folder
+        self._place = _Place(self.folder)
         order = RunOrder(
             attempt=request.attempt,
             argv=request.argv,
@@ -93,12 +103,16 @@ class RayRun(RunningAttempt):
         python = str(config.get("ray.python") or (sys.executable if where.local else "python3"))
         env = {
             **request.env,
-            # Ray's own SIGKILL comes after the runner's: the runner records the end
-            "RAY_JOB_STOP_WAIT_TIME_S": str(int(request.grace) + _KILL_MARGIN),
+            # Ray's own SIGKILL comes well after the runner's: the runner sends the outputs
+            # and records the end first
+            "RAY_JOB_STOP_WAIT_TIME_S": str(int(request.grace) + _UPLOAD_ALLOWANCE),
         }
         if where.local:  # the node is this machine: the same cache of inputs
             env.setdefault("FERRY_HOME", str(config.ferry_home()))
-        self.submission_id = f"ferry-{job.id}-{request.attempt}"
+            secrets = {k: env.pop(k) for k in job.spec.get("secrets") or () if k in env}
+            if secrets:  # in the job's private folder, not in Ray's record of the job
+                self._place.put(SECRETS, json.dumps(secrets).encode())
+        self.submission_id = submission_id
         submit = submit_request(request, self.submission_id, python, self.folder, package, env)
         self.jobs.submit(submit)
         self.handle = _handle(self.submission_id, where.dashboard)
@@ -110,7 +124,8 @@ class RayRun(RunningAttempt):
         self._exit: Exit | None = None
         self._launched = time.monotonic()
         self._next_look = 0.0
-        self._stopped = False
+        self._stopped: float | None = None  # when the controller stopped it
+        self._answered = time.monotonic()  # the cluster's last answer
         limits = job.spec.get("limits") or {}
         self._max_pending = float(limits.get("max_pending") or DEFAULT_MAX_PENDING)
         self._asks = _asks(submit)
@@ -122,8 +137,19 @@ class RayRun(RunningAttempt):
         if now < self._next_look:
             return None
         self._next_look = now + _POLL_EVERY
-        self._mirror()
-        info = self.jobs.job(self.submission_id)
+        try:
+            self._mirror()
+            info = self.jobs.job(self.submission_id)
+        except FerryError as exc:  # the cluster or the bucket did not answer: again soon
+            if now - self._answered > _UNREACHABLE_LOST:
+                self._exit = Exit(
+                    Exit.LOST,
+                    None,
+                    f"the Ray cluster at {self.where.dashboard} did not answer for "
+                    f"{format_duration(now - self._answered)} ({exc.message})",
+                )
+            return self._exit
+        self._answered = now
         if info is None:
             self._exit = Exit(
                 Exit.LOST,
@@ -132,9 +158,12 @@ class RayRun(RunningAttempt):
                 f"{self.submission_id} (did the head restart?)",
             )
         elif info.status == ray_jobs.PENDING:
-            if not self._stopped and now - self._launched > self._max_pending:
-                with contextlib.suppress(FerryError):
-                    self.jobs.stop(self.submission_id)
+            if self._stopped is not None and now - self._stopped > _UNPLACED_STOP:
+                # Ray stops a job it never placed only once it is placed: it is over for
+                # the controller, and a runner started late finds the stop and ends
+                self._exit = Exit(Exit.LOST, None, "stopped before Ray placed it")
+            elif self._stopped is None and now - self._launched > self._max_pending:
+                self._stop()
                 self._exit = Exit(Exit.PROVIDER_FAILED, None, self._unplaced())
         elif info.status in ray_jobs.TERMINAL:
             self._exit = self._ended(info)
@@ -143,18 +172,24 @@ class RayRun(RunningAttempt):
     def _ended(self, info: ray_jobs.RayJob) -> Exit:
         """The end of a job Ray has finished: as the run folder records it, else Ray's
         words."""
-        from ferry.runner.record import RunFolderError
-
-        try:
+        state = None
+        with contextlib.suppress(FerryError):
             state = self._reader.state()
-        except RunFolderError:
-            state = None
-        if state is not None and state.ended:
-            self._mirror()  # (every segment the end names)
-            return exit_of(state)
         said = f"Ray: {info.status}" + (f" ({info.message})" if info.message else "")
-        if info.status == ray_jobs.STOPPED:
-            return Exit(Exit.EXITED, None, f"stopped before its runner recorded the end; {said}")
+        outside = info.status == ray_jobs.STOPPED and self._stopped is None
+        if state is not None and state.ended:
+            with contextlib.suppress(FerryError):
+                self._mirror()  # (every segment the end names)
+            ended = exit_of(state)
+            if outside and ended.outcome == Exit.EXITED:  # (its runner took it as the notice)
+                why = f"stopped on the cluster, not by Ferry ({describe_exit(ended.code or 0)})"
+                return Exit(Exit.PROVIDER_FAILED, ended.code, why)
+            return ended
+        if info.status == ray_jobs.STOPPED and self._stopped is not None:
+            how = "killed by Ray before its runner recorded the end"
+            return Exit(Exit.EXITED, -signal.SIGKILL, f"{how}; {said}")
+        if outside:  # (ray job stop, the dashboard's button)
+            return Exit(Exit.PROVIDER_FAILED, None, f"stopped on the cluster, not by Ferry; {said}")
         if state is None and info.error_type:  # never got as far as the runner
             return Exit(Exit.PROVIDER_FAILED, None, said)
         return Exit(Exit.LOST, None, f"its runner ended without recording the end; {said}")
@@ -171,14 +206,9 @@ class RayRun(RunningAttempt):
 
     def _mirror(self) -> None:
         """Copy the run folder's new log and metrics to this machine's files; keep its
-        events for :meth:`events`."""
-        from ferry.runner.record import RunFolderError
-
-        try:
-            log = self._reader.read("log")
-            metrics = self._reader.read("metrics")
-        except RunFolderError:
-            return
+        events for :meth:`events`. Raises FerryError when the folder cannot be read."""
+        log = self._reader.read("log")
+        metrics = self._reader.read("metrics")
         if log:
             with open(self._log, "ab") as file:
                 file.write(log)
@@ -193,16 +223,23 @@ class RayRun(RunningAttempt):
 
     def stop(self) -> None:
         """The notice: Ray sends SIGTERM to the runner (and its processes); the runner
-        stops the gang, SIGKILLs it after the grace and records the end."""
-        if self.poll() is None and not self._stopped:
-            self._stopped = True
-            self.jobs.stop(self.submission_id)
+        stops the gang, SIGKILLs it after the grace, sends the outputs and records the
+        end."""
+        if self.poll() is None and self._stopped is None:
+            self._stop()
 
     def kill(self) -> None:
-        """Ray has no kill: the stop again (Ray SIGKILLs what is left after the grace)."""
+        """Ray has no kill: the stop again (Ray SIGKILLs what is left later)."""
         if self._exit is None:
-            with contextlib.suppress(FerryError):
-                self.jobs.stop(self.submission_id)
+            self._stop()
+
+    def _stop(self) -> None:
+        if self._stopped is None:
+            self._stopped = time.monotonic()
+            with contextlib.suppress(FerryError):  # a runner Ray starts later ends at once
+                self._place.put(STOPPED, b"")
+        with contextlib.suppress(FerryError):  # (unreachable: polled until it answers)
+            self.jobs.stop(self.submission_id)
 
 
 def submit_request(
@@ -284,9 +321,32 @@ class RayBackend(Backend):
         return f"ray {acc}" if acc else "ray"
 
     def launch(self, request: LaunchRequest) -> RayRun:
+        import os
+
         where = cluster()
-        folder = run_folder(request.job, request.attempt, where.local)
-        return RayRun(_with_folder(request, folder), where)
+        # a nonce: job ids are unique in one Ferry home, not on a cluster many share
+        submission_id = f"ferry-{request.job.id}-{request.attempt}-{os.urandom(3).hex()}"
+        folder = run_folder(request.job, request.attempt, submission_id, where.local)
+        return RayRun(_with_folder(request, folder), where, submission_id)
+
+    def outputs_sent(self, job: Job, attempt: int, handle: str | None) -> list[Any] | None:
+        from ferry.runner.machine import OUTPUTS
+        from ferry.runner.record import RunFolderReader
+
+        submission_id = _parse_handle(handle or "")[0]
+        for local in (True, False):  # (where the cluster ran it is not recorded)
+            if not local and not submission_id:
+                break
+            try:
+                reader = RunFolderReader(run_folder(job, attempt, submission_id, local))
+                data = reader.get(OUTPUTS)
+            except (FerryError, ValueError):
+                continue
+            if data is not None:
+                with contextlib.suppress(ValueError):
+                    listed = json.loads(data)
+                    return listed if isinstance(listed, list) else None
+        return None
 
     def cancel(self, job: Job, attempt: int, handle: str | None) -> None:
         """Stop the attempt's Ray job (the notice, then SIGKILL after the grace)."""

@@ -37,7 +37,13 @@ _OWN_PORTS = (
     "runtime-env-agent-port",
     "ray-client-server-port",
 )
-_START_TIMEOUT = 120.0  # s for a head to start and its Jobs API to answer
+_START_TIMEOUT = 120.0
+# starts the command in its argv in a session of its own and ends: the command is left to
+# init (or the nearest subreaper)
+_DETACH = (
+    "import subprocess, sys; "
+    "subprocess.Popen(sys.argv[1:], start_new_session=True, stdin=subprocess.DEVNULL)"
+)  # s for a head to start and its Jobs API to answer
 
 
 @dataclass(frozen=True)
@@ -150,37 +156,52 @@ class LocalHead:
                 label = f"accelerator_type:{ray_label(str(gpu_type))}"
                 argv.append(f"--resources={json.dumps({label: 1})}")
         log = self.folder / "head.log"
-        with open(log, "ab") as out:
-            done = subprocess.run(  # `ray start` returns once the head runs, detached
-                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, timeout=_START_TIMEOUT
-            )
-        if done.returncode != 0:
-            raise FerryError(
-                f"could not start a Ray head on this machine (exit code {done.returncode})",
-                f"see {log}, or start a cluster yourself and set ray.address",
-            )
-        url = f"http://127.0.0.1:{dashboard_port}"
-        deadline = time.monotonic() + _START_TIMEOUT
-        while not _answers(url):
-            if time.monotonic() > deadline:
-                raise FerryError(
-                    f"the Ray head started on this machine did not answer at {url}",
-                    f"see {log} and {self.temp_dir}/session_latest/logs",
+        from ferry.runner.spawn import not_subreaper
+
+        try:
+            # `ray start` returns once the head runs: its processes are left to init, not
+            # to this process (a supervisor that kills what it leaves would kill the head)
+            with open(log, "ab") as out, not_subreaper():
+                done = subprocess.run(
+                    argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, timeout=_START_TIMEOUT
                 )
-            time.sleep(0.25)
+            if done.returncode != 0:
+                raise FerryError(
+                    f"could not start a Ray head on this machine (exit code {done.returncode})",
+                    f"see {log}, or start a cluster yourself and set ray.address",
+                )
+            url = f"http://127.0.0.1:{dashboard_port}"
+            deadline = time.monotonic() + _START_TIMEOUT
+            while not _answers(url):
+                if time.monotonic() > deadline:
+                    raise FerryError(
+                        f"the Ray head started on this machine did not answer at {url}",
+                        f"see {log} and {self.temp_dir}/session_latest/logs",
+                    )
+                time.sleep(0.25)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            raise FerryError(
+                f"a Ray head did not start on this machine within {_START_TIMEOUT:g}s",
+                f"see {log}, or start a cluster yourself and set ray.address",
+            ) from None
+        except FerryError:
+            self.stop()  # nothing half started is left behind
+            raise
         tmp = self.record.with_suffix(".tmp")
         tmp.write_text(json.dumps({"dashboard": url, "gcs": f"127.0.0.1:{gcs_port}"}))
         os.replace(tmp, self.record)
         idle = float(config.get("ray.idle"))
-        if idle > 0:  # a detached watcher stops the head once no job has run for `idle`
-            with open(log, "ab") as out:
-                subprocess.Popen(
-                    [sys.executable, "-m", "ferry.backends.ray_cluster", url, f"{idle:g}"],
+        if idle > 0:  # a watcher, left to init, stops the head once no job has run for `idle`
+            watcher = [sys.executable, "-m", "ferry.backends.ray_cluster", url, f"{idle:g}"]
+            with open(log, "ab") as out, not_subreaper():
+                subprocess.run(  # (through a process that ends at once: no child of ours)
+                    [sys.executable, "-c", _DETACH, *watcher],
                     stdin=subprocess.DEVNULL,
                     stdout=out,
                     stderr=out,
-                    start_new_session=True,
                     env={**os.environ, "FERRY_HOME": str(config.ferry_home())},
+                    timeout=60,
                 )
         return url
 

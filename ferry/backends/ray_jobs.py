@@ -138,8 +138,6 @@ class RayJobs:
             try:
                 answer = self._json("POST", "/api/jobs/", request)
             except FerryError as exc:
-                if "already exists" in exc.message and request.get("submission_id"):
-                    return str(request["submission_id"])  # (an answer lost on the way)
                 if "No available agent" not in exc.message or time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)

@@ -247,7 +247,6 @@ def _run_attempts(
             **me,
         )
         metrics_file = Path(job.job_dir) / f"metrics-{attempt.number}.jsonl"
-        take_preempt_request(job)  # one left from the last attempt is not for this one
         if here:
             try:
                 prepared = _prepare_here(store, job, attempt.number, state, dirs, sync, base_env)
@@ -263,6 +262,7 @@ def _run_attempts(
             argv = command_argv(spec)
             failure_file = hypertune = Path(job.job_dir) / "hypertune" / "none"
             machine = _machine(job)
+        take_preempt_request(job)  # one left from the last attempt is not for this one
         observer = Observer(
             store,
             job,
@@ -357,11 +357,9 @@ def _run_attempts(
                 with contextlib.suppress(Exception):
                     sync.sync(("checkpoints",))
             return False
-        sent = None if here else _sent_outputs(running)
         if outcome == "exited" and ended_as.outcome == ended_as.NOT_STARTED:  # as at launch
             failed = AttemptStatus.FAILED
-            reason = ended_as.reason
-            _end(store, job_id, attempt.number, failed, _S.FAILED, reason, None, sync, sent=sent)
+            _end(store, job_id, attempt.number, failed, _S.FAILED, ended_as.reason, None, sync)
             return True
         ended = _ended(outcome, ended_as, contract, failure_file, max_runtime, observer, cap)
         # (the job as this supervisor last changed it: only it counts retries meanwhile)
@@ -378,7 +376,6 @@ def _run_attempts(
                 code,
                 sync,
                 recycle=state.recycle if here else None,
-                sent=sent,
             )
             return True
         why = decision.why
@@ -516,21 +513,32 @@ def _after_here(
     _note_hypertune(store, job_id, hypertune)
 
 
-def _sent_outputs(running: RunningAttempt) -> list[dict[str, Any]] | None:
-    """The files the runner of an attempt elsewhere sent to the bucket, as it listed them
-    in its run folder; None when it listed none (it never got that far)."""
-    from ferry.runner.machine import OUTPUTS
-    from ferry.runner.record import RunFolderError, RunFolderReader
+def _sent_elsewhere(
+    store: Store, job: Job, number: int, status: JobStatus
+) -> list[dict[str, Any]] | None:
+    """What the runners of the job's attempts on other machines sent to its outputs (their
+    listings, a later attempt's entry for a file winning); None when every attempt ran
+    here. Raises FerryError when the attempt ``number`` that ends the job successfully
+    left no listing: its outputs were not delivered."""
+    from ferry.backends.registry import get_backend
 
-    folder = getattr(running, "folder", None)
-    if folder is None:
-        return None
-    try:
-        data = RunFolderReader(str(folder)).get(OUTPUTS)
-        listed = json.loads(data) if data is not None else None
-    except (RunFolderError, ValueError):
-        return None
-    return listed if isinstance(listed, list) else None
+    merged: dict[str, dict[str, Any]] = {}
+    elsewhere = False
+    for attempt in store.attempts(job.id):
+        backend = get_backend(attempt.backend)
+        if backend.runs_here:
+            continue
+        elsewhere = True
+        listed = backend.outputs_sent(job, attempt.number, attempt.handle)
+        if listed is None and attempt.number == number and status is _S.SUCCEEDED:
+            raise FerryError(
+                f"the runner of attempt {number} did not say what it sent",
+                f"see its events and log: ferry status {job.id}",
+            )
+        for entry in listed or []:
+            if isinstance(entry, dict) and "path" in entry:
+                merged[str(entry["path"])] = entry
+    return list(merged.values()) if elsewhere else None
 
 
 def _remote_env(job: Job, base_env: dict[str, str]) -> dict[str, str]:
@@ -772,16 +780,17 @@ def _end(
     code: int | None,
     sync: OutputSync,
     recycle: Callable[[], object] | None = None,
-    sent: list[dict[str, Any]] | None = None,
 ) -> None:
     """Send the outputs (manifest last), then record how the attempt ended and finish the
     job in one transaction: a finished job's outputs are complete. ``recycle`` keeps the
     working folder for another job (once what is collected from it has been), before the
-    job's room is given back: the next job, admitted then, can take it. ``sent``: the
-    files a runner on another machine sent (it collected them too)."""
+    job's room is given back: the next job, admitted then, can take it. Attempts that ran
+    elsewhere sent their files themselves (and collected them): their runners' listings
+    make the manifest."""
     ended: dict[str, Any] = {"status": attempt_status, "ended_at": time.time(), "exit_code": code}
     try:
         job = store.get_job(job_id)
+        sent = _sent_elsewhere(store, job, number, status)
         patterns = job.spec.get("collect") or []
         if patterns and sent is None:
             from ferry.storage.workdir import WORKDIR
@@ -890,7 +899,7 @@ def _watch(
                 last_sample = mono
                 observer.sample(running.pid)
             elif not sampled:
-                sampled = observer.sample(running.pid) or mono >= first_until
+                sampled = observer.sample(running.pid, processes_only=True) or mono >= first_until
             saved = checkpoints_mtime(sync.local / "checkpoints") if sync and sync.remote else 0
             if (
                 live is not None

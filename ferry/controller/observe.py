@@ -106,12 +106,19 @@ class Observer:
             self.monitor.saw_output(time.time())
         self._flush()
 
-    def sample(self, pid: int | None, last: bool = False, ended: Exit | None = None) -> bool:
+    def sample(
+        self,
+        pid: int | None,
+        last: bool = False,
+        ended: Exit | None = None,
+        processes_only: bool = False,
+    ) -> bool:
         """Sample the job's processes (those below ``pid``, its runner; none when the
         attempt runs elsewhere) and GPUs: first as the attempt starts (which sets the
         samplers up), then every ``telemetry.interval``, and a ``last`` time once it has
         ended (``ended``), so that even a job shorter than the interval has samples.
-        Returns whether the sample found the job's processes.
+        Returns whether the sample found the job's processes. ``processes_only``: a look
+        for them alone, not the GPUs (again while the runner starts them).
 
         By the last sample the processes have ended and been reaped, and ``ended`` holds
         what they used as their runner counted it: the CPU time since the previous sample
@@ -137,7 +144,8 @@ class Observer:
                 self._samplers.append(tree)  # (the runner outlives attempts: from now)
         sample: dict[str, float] = {}
         for sampler in self._samplers:
-            sample.update(sampler.sample())
+            if not (processes_only and isinstance(sampler, GpuSampler)):
+                sample.update(sampler.sample())
         if last and "sys/cpu_percent" not in sample:  # the processes have ended
             if ended is not None and ended.cpu_seconds is not None:
                 cpu, peak, base = ended.cpu_seconds, ended.peak_rss or 0.0, (0.0, 0.0)

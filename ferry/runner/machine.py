@@ -217,12 +217,6 @@ class Prepared:
     :meth:`finish` once it has ended."""
 
     def __init__(self, order: RunOrder, record: RunFolderWriter) -> None:
-        from ferry import config
-        from ferry.contract import sagemaker
-        from ferry.contract.env import JobDirs, contract_env
-        from ferry.storage.outputs import OutputSync
-        from ferry.storage.workdir import WorkdirState
-
         assert order.machine is not None
         plan = self.plan = Machine.from_fields(order.machine)
         self.record = record
@@ -230,6 +224,20 @@ class Prepared:
         self.scratch = base / f"ferry-{plan.job_id}-{order.attempt}-{order.node_rank}"
         shutil.rmtree(self.scratch, ignore_errors=True)  # (a runner started again)
         self.scratch.mkdir(parents=True, mode=0o700)
+        try:
+            self._prepare(order, record)
+        except BaseException:
+            self.discard()
+            raise
+
+    def _prepare(self, order: RunOrder, record: RunFolderWriter) -> None:
+        from ferry import config
+        from ferry.contract import sagemaker
+        from ferry.contract.env import JobDirs, contract_env
+        from ferry.storage.outputs import OutputSync
+        from ferry.storage.workdir import WorkdirState
+
+        plan = self.plan
         self.sync = OutputSync.for_outputs(plan.outputs, self.scratch)
         self.dirs = dirs = JobDirs.under(str(self.sync.local))
         dirs.create()
@@ -285,6 +293,12 @@ class Prepared:
         self._last_sync = time.monotonic()
         self._last_saved = checkpoints_mtime(dirs.checkpoints)
 
+    def discard(self) -> None:
+        """Remove this machine's folders of the attempt (staged inputs, fetched
+        checkpoints, the working folder)."""
+        with contextlib.suppress(OSError):
+            shutil.rmtree(self.scratch)
+
     def tick(self) -> None:
         """While it runs: new metrics to the run folder; a new checkpoint (or, every
         ``sync_interval``, whatever changed) to the bucket."""
@@ -338,8 +352,7 @@ class Prepared:
             self.record.event(f"outputs could not be written to {self.sync.target.uri}: {exc}")
         else:
             self.record.put(OUTPUTS, json.dumps(listing).encode())
-        with contextlib.suppress(OSError):
-            shutil.rmtree(self.scratch)
+        self.discard()
 
 
 def _given_gpus(env: dict[str, str], count: int) -> tuple[int, ...]:

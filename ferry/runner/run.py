@@ -276,6 +276,8 @@ def run_attempt(
         failed = _watch(procs, order, notice, record, pids, machine.tick if machine else None)
     except BaseException:  # (a full disk): nothing is left running for the next attempt
         procs.kill()
+        if machine is not None:
+            machine.discard()
         raise
     finally:
         procs.finish()
@@ -364,7 +366,39 @@ def main(argv: list[str] | None = None) -> int:
     folder = args[0]
     try:
         order = RunOrder.read(folder)
+        order, stopped = _handed_over(folder, order)
     except FerryError as exc:
         print(f"ferry runner: {exc}", file=sys.stderr)
         return 2
+    if stopped:  # started (placed by its platform) after the controller stopped it
+        record = RunFolderWriter(folder, order.attempt, announce=False)
+        record.end(None, NOT_STARTED, "stopped before it started")
+        return 0
     return run(folder, order)
+
+
+STOPPED = "stopped"  # in the run folder: the controller stopped the attempt
+SECRETS = "secrets.json"  # in a run folder on the controller's machine: the job's secrets
+
+
+def _handed_over(folder: str, order: RunOrder) -> tuple[RunOrder, bool]:
+    """The order with the secrets the controller left in the run folder (a private
+    folder of its own machine; the file is removed once read), and whether the attempt
+    was stopped before this runner started."""
+    from ferry.runner.record import _Place
+
+    place = _Place(folder)
+    if place.get(STOPPED) is not None:
+        return order, True
+    data = place.get(SECRETS)
+    if data is None:
+        return order, False
+    if place.loc.is_local:
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(place.loc.path, SECRETS))
+    try:
+        secrets = json.loads(data)
+    except ValueError as exc:
+        raise FerryError(f"{SECRETS} in {folder} is not JSON ({exc})", "submit again") from None
+    os.environ.update(secrets)  # the runner reaches the job's bucket with them too
+    return replace(order, env={**order.env, **secrets}), False

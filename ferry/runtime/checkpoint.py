@@ -413,7 +413,7 @@ def save(
         return None
     from ferry.runtime import metrics
 
-    metrics.flush()
+    metrics.flush(blocking=False)  # (a save may run in a notice handler, mid-flush)
     keep = keep or _keep()
     try:
         wait()  # one save at a time, in order

@@ -218,6 +218,20 @@ class OutputSync:
                 files.append({"path": relative, "size": stat.st_size, "sha256": _sha256(path)})
         return files
 
+    def _sizes(self) -> dict[str, int]:
+        """Each file under the bucket prefix: relative path -> size."""
+        fs = filesystem(self.target.protocol)
+        root = self.target.path.rstrip("/")
+        with bucket_errors(self.target):
+            try:
+                found = fs.find(root, detail=True)
+            except FileNotFoundError:
+                return {}
+        return {
+            path[len(root) :].lstrip("/"): int(info.get("size") or 0)
+            for path, info in found.items()
+        }
+
     def finish(
         self,
         logs: list[Path],
@@ -227,8 +241,9 @@ class OutputSync:
     ) -> dict[str, Any]:
         """Copy the logs in, send everything, then write the manifest last. Files that were
         there before the job, unchanged (``before``: path -> size, mtime), are not its own
-        and stay out of the manifest. ``sent``: the files a runner on another machine sent
-        (its listing); the manifest lists them and the logs sent from here."""
+        and stay out of the manifest. ``sent``: the files runners on other machines sent
+        to the bucket (their listings); the manifest lists those the bucket still holds as
+        listed, and the logs sent from here."""
         log_dir = self.local / "logs"
         log_dir.mkdir(parents=True, exist_ok=True)
         for log in logs:
@@ -242,9 +257,12 @@ class OutputSync:
                 shutil.copyfile(log, target)
         self.sync(None)
         files = self.listing(before)
-        if sent is not None:
+        if sent is not None and self.remote:  # (a folder here was listed whole above)
             here = {f["path"] for f in files}
-            files += [f for f in sent if f["path"] not in here]
+            there = self._sizes()  # what the bucket holds now: pruned checkpoints are gone
+            files += [
+                f for f in sent if f["path"] not in here and there.get(f["path"]) == f["size"]
+            ]
         manifest = {
             "job_id": job_id,
             "complete": True,

@@ -14,6 +14,7 @@ import textwrap
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -104,7 +105,11 @@ def _submit_spec(project: Path, text: str) -> str:
     return submit(str(spec), cwd=project)
 
 
-def _ray_job(ray_head: str, submission_id: str) -> dict[str, object]:
+def _ray_job(ray_head: str, job_id: str, attempt: int = 1) -> dict[str, object]:
+    """What the Jobs API says of an attempt's Ray job (its handle: submission id@cluster)."""
+    handle = job_status(job_id)["attempts"][attempt - 1]["handle"]
+    submission_id, _, where = handle.partition("@")
+    assert where == ray_head and submission_id.startswith(f"ferry-{job_id}-{attempt}-")
     with urllib.request.urlopen(f"{ray_head}/api/jobs/{submission_id}", timeout=10) as answer:
         data: dict[str, object] = json.loads(answer.read())
     return data
@@ -150,7 +155,11 @@ def test_a_job_runs_as_a_ray_job_under_the_contract(ray_project: Path, ray_head:
         if path.is_file() and path.parent.name != "log":
             assert b"s3cr3t-value" not in path.read_bytes(), path
     # the Ray job: the runner as entrypoint, with this interpreter, the code as working_dir
-    ray_job = _ray_job(ray_head, f"ferry-{job_id}-1")
+    ray_job = _ray_job(ray_head, job_id)
+    # the secret went through the job's private folder (read and removed by the runner),
+    # not through Ray's record of the job, which anyone reaching the cluster can read
+    assert "TOKEN" not in json.dumps(ray_job["runtime_env"])
+    assert not (runs / "secrets.json").exists()
     assert ray_job["status"] == "SUCCEEDED"
     assert " -m ferry.runner " in str(ray_job["entrypoint"])
     assert str(ray_job["entrypoint"]).startswith(os.path.dirname(sys.executable))
@@ -207,7 +216,7 @@ def test_cancel_stops_the_ray_job(ray_project: Path, ray_head: str) -> None:
     assert ferry("cancel", job_id).returncode == 0
     status = wait_status(job_id, "CANCELLED", timeout=60)
     assert "saved at" in _logs(job_id)  # it had the notice
-    assert _ray_job(ray_head, f"ferry-{job_id}-1")["status"] == "STOPPED"
+    assert _ray_job(ray_head, job_id)["status"] == "STOPPED"
     assert status["attempts"][0]["status"] == "CANCELLED"
 
 
@@ -253,20 +262,61 @@ def test_an_attempt_no_node_can_take_ends_after_max_pending(ray_project: Path) -
     assert "8 GPU" in reason and "the cluster has 2 CPU, 2 GPU" in reason, reason
 
 
-def test_outputs_in_s3_are_sent_by_the_runner(
-    ray_project: Path,
-    s3_endpoint: str,  # noqa: F811 - the fixture imported above
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_job_stopped_on_the_cluster_fails_saying_so(ray_project: Path, ray_head: str) -> None:
+    job_id = submit("--backend", "ray", "--", "python", "train.py", "long", cwd=ray_project)
+    _started(job_id)
+    submission_id = job_status(job_id)["attempts"][0]["handle"].partition("@")[0]
+    request = urllib.request.Request(f"{ray_head}/api/jobs/{submission_id}/stop", method="POST")
+    urllib.request.urlopen(request, timeout=10).close()  # as `ray job stop` does
+    status = wait_status(job_id, "FAILED", timeout=60)
+    assert "stopped on the cluster, not by Ferry" in status["reason"], status["reason"]
+
+
+def test_cancel_ends_an_attempt_ray_never_placed(ray_project: Path) -> None:
+    job_id = _submit_spec(
+        ray_project, "command: [python, train.py]\nresources: {accelerator: 'T4:8'}\n"
+    )
+    wait_status(job_id, "RUNNING", timeout=60)  # (submitted: Ray holds it PENDING)
+    assert ferry("cancel", job_id).returncode == 0
+    wait_status(job_id, "CANCELLED", timeout=60)
+
+
+def _s3_bucket(endpoint: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, str]:
+    """A fresh bucket on the test S3 server, with this test's ferry pointed at it."""
     import s3fs
 
     creds = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
     for key, value in {**creds, "AWS_DEFAULT_REGION": "us-east-1"}.items():
         monkeypatch.setenv(key, value)
-    assert ferry("config", "set", "storage.s3.endpoint_url", s3_endpoint).returncode == 0
-    s3 = s3fs.S3FileSystem(endpoint_url=s3_endpoint, key="testing", secret="testing")
+    assert ferry("config", "set", "storage.s3.endpoint_url", endpoint).returncode == 0
+    s3 = s3fs.S3FileSystem(endpoint_url=endpoint, key="testing", secret="testing")
     bucket = f"t{os.urandom(4).hex()}"
     s3.mkdir(bucket)
+    return s3, bucket
+
+
+def test_outputs_the_runner_cannot_send_fail_the_job(
+    ray_project: Path,
+    s3_endpoint: str,  # noqa: F811 - the fixture imported above
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _, bucket = _s3_bucket(s3_endpoint, monkeypatch)
+    job_id = _submit_spec(  # no credentials for the runner: it cannot write the bucket
+        ray_project, f"command: [python, train.py]\noutputs: s3://{bucket}/runs/{{job_id}}\n"
+    )
+    status = wait_status(job_id, "FAILED", timeout=90)
+    assert status["exit_code"] == 0  # the script did its part
+    assert "did not say what it sent" in status["reason"], status["reason"]
+    events = " ".join(e["message"] for e in status["events"])
+    assert "outputs could not be written to s3://" in events, events
+
+
+def test_outputs_in_s3_are_sent_by_the_runner(
+    ray_project: Path,
+    s3_endpoint: str,  # noqa: F811 - the fixture imported above
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    s3, bucket = _s3_bucket(s3_endpoint, monkeypatch)
     job_id = _submit_spec(
         ray_project,
         f"command: [python, train.py]\noutputs: s3://{bucket}/runs/{{job_id}}\n"
