@@ -128,6 +128,15 @@ class Backend(abc.ABC):
         """End attempt ``attempt`` of ``job`` (launched with ``handle``) from any process:
         the one that launched it may be gone. Does nothing to an attempt that has ended."""
 
+    def reattach(
+        self, job: Job, attempt: int, handle: str | None, log_path: str, metrics_path: str
+    ) -> RunningAttempt | None:
+        """Follow again attempt ``attempt`` of ``job`` (launched with ``handle``), which
+        runs on after the process that followed it was lost; None when it cannot be (an
+        attempt on this machine dies with its supervisor). The attempt's log and metrics
+        go on into ``log_path`` and ``metrics_path``, after what they hold."""
+        return None
+
     def outputs_sent(self, job: Job, attempt: int, handle: str | None) -> list[Any] | None:
         """What the runner of an attempt elsewhere sent to the outputs (its run folder's
         listing: path, size, sha256 of each file); None when it listed nothing."""

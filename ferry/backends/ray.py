@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shlex
 import signal
 import sys
@@ -78,17 +79,48 @@ def _parse_handle(handle: str) -> tuple[str, str]:
 
 class RayRun(RunningAttempt):
     """An attempt submitted to a Ray cluster, followed through the Jobs API and its run
-    folder."""
+    folder: :meth:`submit` one, or follow one again (:meth:`RayBackend.reattach`)."""
 
-    def __init__(self, request: LaunchRequest, where: Cluster, submission_id: str) -> None:
-        from ferry.runner.order import RunOrder
+    def __init__(
+        self,
+        job: Job,
+        dashboard: str,
+        submission_id: str,
+        folder: str,
+        log_path: str,
+        metrics_path: str,
+        asks: str = "",
+    ) -> None:
         from ferry.runner.record import RunFolderReader, _Place
 
+        self.dashboard = dashboard
+        self.jobs = ray_jobs.RayJobs(dashboard)
+        self.submission_id = submission_id
+        self.folder = folder
+        self._place = _Place(folder)
+        self.handle = _handle(submission_id, dashboard)
+        self.pid = None
+        self._reader = RunFolderReader(folder)
+        self._log = log_path
+        self._metrics = metrics_path
+        self._events: list[str] = []
+        self._exit: Exit | None = None
+        self._launched = time.monotonic()
+        self._next_look = 0.0
+        self._stopped: float | None = None  # when the controller stopped it
+        self._answered = time.monotonic()  # the cluster's last answer
+        limits = job.spec.get("limits") or {}
+        self._max_pending = float(limits.get("max_pending") or DEFAULT_MAX_PENDING)
+        self._asks = asks
+
+    @classmethod
+    def submit(cls, request: LaunchRequest, where: Cluster, submission_id: str) -> RayRun:
+        """Submit the attempt ``request`` asks for as a Ray job."""
+        from ferry.runner.order import RunOrder
+        from ferry.runner.record import _Place
+
         job = request.job
-        self.where = where
-        self.jobs = ray_jobs.RayJobs(where.dashboard)
-        self.folder = request.run_folder
-        self._place = _Place(self.folder)
+        folder = request.run_folder
         order = RunOrder(
             attempt=request.attempt,
             argv=request.argv,
@@ -98,8 +130,9 @@ class RayRun(RunningAttempt):
             procs_per_node=request.procs_per_node,
             machine=request.machine,
         )
-        order.write(self.folder)
-        package = self.jobs.upload_folder(Path(job.job_dir) / "code")
+        order.write(folder)
+        jobs = ray_jobs.RayJobs(where.dashboard)
+        package = jobs.upload_folder(Path(job.job_dir) / "code")
         python = str(config.get("ray.python") or (sys.executable if where.local else "python3"))
         env = {
             **request.env,
@@ -111,24 +144,28 @@ class RayRun(RunningAttempt):
             env.setdefault("FERRY_HOME", str(config.ferry_home()))
             secrets = {k: env.pop(k) for k in job.spec.get("secrets") or () if k in env}
             if secrets:  # in the job's private folder, not in Ray's record of the job
-                self._place.put(SECRETS, json.dumps(secrets).encode())
-        self.submission_id = submission_id
-        submit = submit_request(request, self.submission_id, python, self.folder, package, env)
-        self.jobs.submit(submit)
-        self.handle = _handle(self.submission_id, where.dashboard)
-        self.pid = None
-        self._reader = RunFolderReader(self.folder)
-        self._log = request.log_path
-        self._metrics = request.metrics_path
-        self._events: list[str] = []
-        self._exit: Exit | None = None
-        self._launched = time.monotonic()
-        self._next_look = 0.0
-        self._stopped: float | None = None  # when the controller stopped it
-        self._answered = time.monotonic()  # the cluster's last answer
-        limits = job.spec.get("limits") or {}
-        self._max_pending = float(limits.get("max_pending") or DEFAULT_MAX_PENDING)
-        self._asks = _asks(submit)
+                _Place(folder).put(SECRETS, json.dumps(secrets).encode())
+        body = submit_request(request, submission_id, python, folder, package, env)
+        jobs.submit(body)
+        return cls(
+            job,
+            where.dashboard,
+            submission_id,
+            folder,
+            request.log_path,
+            request.metrics_path,
+            _asks(body),
+        )
+
+    def skip_mirrored(self) -> None:
+        """Following the attempt again: the log and metrics segments already copied to
+        this machine's files (by a supervisor that was lost) are not copied twice."""
+        for stream, path in (("log", self._log), ("metrics", self._metrics)):
+            try:
+                held = os.path.getsize(path) if path else 0
+            except OSError:
+                held = 0
+            self._reader.skip(stream, held)
 
     def poll(self) -> Exit | None:
         if self._exit is not None:
@@ -145,7 +182,7 @@ class RayRun(RunningAttempt):
                 self._exit = Exit(
                     Exit.LOST,
                     None,
-                    f"the Ray cluster at {self.where.dashboard} did not answer for "
+                    f"the Ray cluster at {self.dashboard} did not answer for "
                     f"{format_duration(now - self._answered)} ({exc.message})",
                 )
             return self._exit
@@ -154,7 +191,7 @@ class RayRun(RunningAttempt):
             self._exit = Exit(
                 Exit.LOST,
                 None,
-                f"the Ray cluster at {self.where.dashboard} no longer knows its job "
+                f"the Ray cluster at {self.dashboard} no longer knows its job "
                 f"{self.submission_id} (did the head restart?)",
             )
         elif info.status == ray_jobs.PENDING:
@@ -198,7 +235,7 @@ class RayRun(RunningAttempt):
         """Why a pending attempt is given up, with what the cluster has."""
         offers = ""
         with contextlib.suppress(Exception):
-            offers = f"; the cluster has {describe_cluster(self.where.dashboard)}"
+            offers = f"; the cluster has {describe_cluster(self.dashboard)}"
         return (
             f"no node of the Ray cluster took it within limits.max_pending "
             f"({format_duration(self._max_pending)}): it asks for {self._asks}{offers}"
@@ -321,13 +358,24 @@ class RayBackend(Backend):
         return f"ray {acc}" if acc else "ray"
 
     def launch(self, request: LaunchRequest) -> RayRun:
-        import os
-
         where = cluster()
         # a nonce: job ids are unique in one Ferry home, not on a cluster many share
         submission_id = f"ferry-{request.job.id}-{request.attempt}-{os.urandom(3).hex()}"
         folder = run_folder(request.job, request.attempt, submission_id, where.local)
-        return RayRun(_with_folder(request, folder), where, submission_id)
+        return RayRun.submit(_with_folder(request, folder), where, submission_id)
+
+    def reattach(
+        self, job: Job, attempt: int, handle: str | None, log_path: str, metrics_path: str
+    ) -> RayRun | None:
+        """Follow an attempt whose supervisor was lost: its Ray job runs on."""
+        submission_id, dashboard = _parse_handle(handle or "")
+        if not submission_id or not dashboard:
+            return None
+        local = Path(run_folder(job, attempt, submission_id, True))
+        folder = str(local) if local.is_dir() else run_folder(job, attempt, submission_id, False)
+        run = RayRun(job, dashboard, submission_id, folder, log_path, metrics_path)
+        run.skip_mirrored()
+        return run
 
     def outputs_sent(self, job: Job, attempt: int, handle: str | None) -> list[Any] | None:
         from ferry.runner.machine import OUTPUTS

@@ -21,6 +21,7 @@ from ferry.controller.budget import CostCap, attempts_so_far_cost
 from ferry.controller.jobs import (
     _S,
     _finish_job,
+    _lost_attempt,
     submitted_env,
     take_preempt_request,
 )
@@ -37,7 +38,7 @@ from ferry.runner.machine import (
     stage_inputs,
 )
 from ferry.status import AttemptStatus, JobStatus, describe_exit
-from ferry.store import Job, Store, open_store
+from ferry.store import Attempt, Job, Store, open_store
 from ferry.units import format_duration
 
 if TYPE_CHECKING:
@@ -222,6 +223,7 @@ def _run_attempts(
     except OSError as exc:
         _finish_job(store, job_id, _S.FAILED, f"cannot create outputs in {sync.local}: {exc}")
         return True
+    follow = None if here else _attempt_to_follow(store, job_id)
     while True:
         job = store.get_job(job_id)  # (a cancel may have come while it got ready)
         if job.status is _S.CANCELLING:
@@ -230,22 +232,29 @@ def _run_attempts(
             return True
         if job.status.is_terminal():  # declared lost while this supervisor was starting
             return False
-        price = backend.price(job)
         max_cost = caps.get("max_cost")
-        spent = attempts_so_far_cost(store, job_id) if max_cost else 0.0
-        if max_cost and spent + price * grace / 3600 >= max_cost:
-            reason = f"budget reached: {max_cost:.2f} USD"  # spent by the earlier attempts
-            _finish_job(store, job_id, _S.FAILED, reason)
-            return True
-        attempt = store.add_attempt(
-            job_id,
-            backend=backend.name,
-            host=hostname(),
-            log_dir=job.job_dir,
-            price=price,
-            offering=backend.offering(job),
-            **me,
-        )
+        following = follow is not None
+        if follow is not None:  # an attempt elsewhere that outlived its supervisor
+            attempt, follow = follow, None
+            store.update_job(job_id, **me)  # this supervisor follows it now
+            others = [a for a in store.attempts(job_id) if a.number != attempt.number]
+            spent = sum(a.cost_at(time.time()) for a in others) if max_cost else 0.0
+        else:
+            price = backend.price(job)
+            spent = attempts_so_far_cost(store, job_id) if max_cost else 0.0
+            if max_cost and spent + price * grace / 3600 >= max_cost:
+                reason = f"budget reached: {max_cost:.2f} USD"  # spent by the earlier attempts
+                _finish_job(store, job_id, _S.FAILED, reason)
+                return True
+            attempt = store.add_attempt(
+                job_id,
+                backend=backend.name,
+                host=hostname(),
+                log_dir=job.job_dir,
+                price=price,
+                offering=backend.offering(job),
+                **me,
+            )
         metrics_file = Path(job.job_dir) / f"metrics-{attempt.number}.jsonl"
         if here:
             try:
@@ -273,27 +282,41 @@ def _run_attempts(
             notifier,
             hypertune,
         )
-        request = LaunchRequest(
-            job=job,
-            attempt=attempt.number,
-            argv=argv,
-            cwd=str(state.workdir),
-            env=env,
-            log_path=attempt.log_path,
-            run_folder=str(run_folder(job, attempt.number)),
-            grace=grace,
-            procs_per_node=procs_per_node(spec),
-            machine=machine,
-            metrics_path=str(metrics_file),
-        )
-        try:
-            running = backend.launch(request)
-        except FerryError as exc:
-            Path(attempt.log_path).write_text("")
-            _end(
-                store, job_id, attempt.number, AttemptStatus.FAILED, _S.FAILED, str(exc), None, sync
+        if following:
+            observer.skip_existing()  # (stored by the supervisor that was lost)
+            running_again = backend.reattach(
+                job, attempt.number, attempt.handle, attempt.log_path, str(metrics_file)
             )
-            return True
+            if running_again is None:  # nothing to follow: the attempt is lost after all
+                _lost_attempt(store, job, attempt)
+                continue
+            running = running_again
+            store.add_event(
+                job_id,
+                f"following attempt {attempt.number} again: its supervisor was lost, the "
+                f"attempt runs on ({backend.name})",
+            )
+        else:
+            request = LaunchRequest(
+                job=job,
+                attempt=attempt.number,
+                argv=argv,
+                cwd=str(state.workdir),
+                env=env,
+                log_path=attempt.log_path,
+                run_folder=str(run_folder(job, attempt.number)),
+                grace=grace,
+                procs_per_node=procs_per_node(spec),
+                machine=machine,
+                metrics_path=str(metrics_file),
+            )
+            try:
+                running = backend.launch(request)
+            except FerryError as exc:
+                Path(attempt.log_path).write_text("")
+                failed = AttemptStatus.FAILED
+                _end(store, job_id, attempt.number, failed, _S.FAILED, str(exc), None, sync)
+                return True
         try:
             job = store.transition(
                 job_id,
@@ -334,6 +357,14 @@ def _run_attempts(
             _after_here(store, job_id, state, sync, hypertune)
         if outcome == "abandoned":
             _abandon(store, job_id, attempt.number, running)
+            return False
+        if outcome == "detached":  # a shutdown here: the attempt elsewhere runs on
+            name = signal.Signals(control.terminated).name
+            store.add_event(
+                job_id,
+                f"its supervisor was stopped by {name}; attempt {attempt.number} runs on, "
+                "and the next ferry command or ferry agent follows it again",
+            )
             return False
         code = ended_as.code
         if outcome == "stopped":  # a shutdown or reboot: the job resumes afterwards
@@ -539,6 +570,16 @@ def _sent_elsewhere(
             if isinstance(entry, dict) and "path" in entry:
                 merged[str(entry["path"])] = entry
     return list(merged.values()) if elsewhere else None
+
+
+def _attempt_to_follow(store: Store, job_id: str) -> Attempt | None:
+    """The job's last attempt when it has not ended: launched elsewhere by a supervisor
+    that was lost, it runs on, to be followed again rather than started anew."""
+    attempts = store.attempts(job_id)
+    last = attempts[-1] if attempts else None
+    if last is None or last.status.is_terminal() or not last.handle:
+        return None
+    return last
 
 
 def _remote_env(job: Job, base_env: dict[str, str]) -> dict[str, str]:
@@ -840,7 +881,8 @@ def _watch(
 ) -> tuple[str, Exit]:
     """Wait for the attempt, heartbeating, and stop it on cancel, timeout, preemption (asked
     with `ferry preempt`, or simulated), an alert (with ``on_alert: stop``), its cost cap
-    (``limits.max_cost``), a spent monthly budget with ``budget.hard``, or SIGTERM. The
+    (``limits.max_cost``), a spent monthly budget with ``budget.hard``, or SIGTERM (an
+    attempt elsewhere, ``live`` None, is left running then: "detached"). The
     notice goes to the attempt (its runner kills it after the grace); an attempt still
     there well after that is killed from here."""
     import random
@@ -925,6 +967,10 @@ def _watch(
             if stopping is None:
                 if alerted:
                     stopping = "alert"
+                elif control.terminated and live is None:  # it runs on without us
+                    from ferry.backends.base import Exit
+
+                    return "detached", Exit(Exit.LOST, None, "its supervisor was stopped")
                 elif control.terminated:
                     stopping = "stopped"
                 elif deadline and time.time() >= deadline:

@@ -404,6 +404,43 @@ def _resume(store: Store, job: Job, last: Attempt | None) -> Job | None:
 _RESUMING = "supervisor lost; resuming in a new attempt"
 
 
+def _follow_again(store: Store, job: Job, last: Attempt | None) -> Job | None:
+    """A job whose supervisor was lost while its attempt ran elsewhere (a Ray job runs on
+    without it): a new supervisor follows that attempt again, which costs no retry.
+    Returns the job, or None when its attempt is not one to follow (the caller resumes or
+    fails it)."""
+    from ferry.backends.registry import get_backend
+
+    if last is None or last.status.is_terminal() or not last.handle:
+        return None
+    try:
+        if get_backend(last.backend).runs_here:
+            return None
+    except FerryError:  # (a backend this Ferry no longer has)
+        return None
+    try:
+        claimed = store.transition(
+            job.id,
+            _S.RECOVERING,
+            expected={job.status},
+            supervised_by=(job.supervisor_pid, job.supervisor_started),
+            reason=f"supervisor lost; following attempt {last.number} again",
+            supervisor_pid=None,
+            supervisor_host=None,
+            supervisor_started=None,
+        )
+    except TransitionError:
+        return job  # claimed (or finished) by someone else meanwhile
+    from ferry.supervisor import spawn_supervisor
+
+    try:
+        spawn_supervisor(claimed)
+    except OSError as exc:
+        get_backend(last.backend).cancel(job, last.number, last.handle)
+        _finish_job(store, job.id, _S.FAILED, f"could not start a new supervisor: {exc}")
+    return claimed
+
+
 def _lost_attempt(store: Store, job: Job, last: Attempt | None) -> None:
     """Stop what the lost supervisor's attempt left running and record it as lost."""
     _kill_orphans(job, last)
@@ -427,14 +464,14 @@ def reconcile(store: Store, admit: bool = True) -> list[Job]:
     or a change of config. Returns the jobs found lost and failed."""
     lost: list[Job] = []
     for job in store.list_jobs(ACTIVE):
-        if job.backend != "local" or supervisor_alive(job):
+        if supervisor_alive(job):
             continue
         job = store.get_job(job.id)  # as it is now, not as listed
         if not job.status.is_active() or supervisor_alive(job):
             continue
         attempts = store.attempts(job.id)
         last = attempts[-1] if attempts else None
-        if _resume(store, job, last):
+        if _follow_again(store, job, last) or _resume(store, job, last):
             continue
         env = submitted_env(job)  # for announcing the end: gone once the job is finished
         seen = (job.supervisor_pid, job.supervisor_started)

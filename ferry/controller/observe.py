@@ -91,6 +91,15 @@ class Observer:
             self.store.add_event(self.job.id, f"TensorBoard export stopped: {exc!r}")
             self.tensorboard = None
 
+    def skip_existing(self) -> None:
+        """Start after what the metrics file and the log hold now (a supervisor before
+        this one stored it)."""
+        for reader in (self.reader, self.printed):
+            try:
+                reader.offset = reader.path.stat().st_size
+            except OSError:
+                reader.offset = 0
+
     def read(self, final: bool = False) -> None:
         """Store what the script reported or printed since the last call (``final``: all of
         it, the script has exited). A printed metric is stored only under a name the script

@@ -335,6 +335,17 @@ class RunFolderReader:
             self._read[stream] += 1
         return bytes(out)
 
+    def skip(self, stream: str, size: int) -> None:
+        """Take the first segments of ``stream`` as read, as many as make up ``size``
+        bytes (what a reader before this one copied): reading goes on after them."""
+        done = 0
+        while done < size:
+            data = self._place.get(segment_name(stream, self._read[stream] + 1))
+            if data is None or done + len(data) > size:
+                return
+            done += len(data)
+            self._read[stream] += 1
+
     def complete(self, state: RunState) -> bool:
         """Whether ``state`` is the end and every segment it names has been read."""
         return state.ended and all(self._read[s] >= state.segments.get(s, 0) for s in STREAMS)

@@ -250,6 +250,37 @@ def test_a_runner_killed_under_its_job_makes_the_attempt_lost(ray_project: Path)
     assert "without recording the end" in lost["reason"], lost["reason"]
 
 
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM])  # lost; a shutdown
+def test_a_lost_supervisor_is_followed_again_and_the_ray_job_runs_on(
+    ray_project: Path, ray_head: str, how: int
+) -> None:
+    from ferry.store import open_store
+
+    job_id = submit("--backend", "ray", "--", "python", "train.py", "long", cwd=ray_project)
+    _started(job_id)
+    first = _ray_job(ray_head, job_id)
+    supervisor = open_store().get_job(job_id).supervisor_pid
+    assert supervisor
+    os.kill(supervisor, how)
+    # any ferry command notices (as ferry agent does): a new supervisor follows the attempt
+    wait_for(
+        lambda: (
+            ferry("jobs").returncode == 0
+            and open_store().get_job(job_id).supervisor_pid not in (None, supervisor)
+        ),
+        30,
+        "a new supervisor",
+    )
+    status = wait_status(job_id, "SUCCEEDED", timeout=120)  # (ferry status reconciles)
+    assert [a["status"] for a in status["attempts"]] == ["SUCCEEDED"]  # no new attempt
+    assert _ray_job(ray_head, job_id)["submission_id"] == first["submission_id"]
+    assert status["retries_used"]["preemptions"] == 0
+    log = _logs(job_id)
+    assert log.count("starting at 0") == 1 and log.count("done") == 1, log  # none twice
+    events = " ".join(e["message"] for e in status["events"])
+    assert "following attempt 1 again" in events, events
+
+
 def test_an_attempt_no_node_can_take_ends_after_max_pending(ray_project: Path) -> None:
     job_id = _submit_spec(
         ray_project,
