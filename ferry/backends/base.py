@@ -190,6 +190,8 @@ def exit_of(state: RunState) -> Exit:
 
     if state.outcome == NOT_STARTED:
         return Exit(Exit.NOT_STARTED, None, state.reason or "the command could not be started")
+    if state.outcome in (Exit.PREEMPTED, Exit.PROVIDER_FAILED):  # (a gang over nodes)
+        return Exit(state.outcome, state.exit_code, state.reason or state.outcome)
     return Exit(
         Exit.EXITED,
         state.exit_code,

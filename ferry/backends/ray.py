@@ -91,6 +91,7 @@ class RayRun(RunningAttempt):
         metrics_path: str,
         asks: str = "",
     ) -> None:
+        from ferry.runner.ray_gang import node_folder
         from ferry.runner.record import RunFolderReader, _Place
 
         self.dashboard = dashboard
@@ -101,6 +102,11 @@ class RayRun(RunningAttempt):
         self.handle = _handle(submission_id, dashboard)
         self.pid = None
         self._reader = RunFolderReader(folder)
+        nodes = int((job.spec.get("resources") or {}).get("nodes") or 1)
+        # what is copied here: the attempt's own record, and each node's runner's in a gang
+        self._streams = [self._reader] + (
+            [RunFolderReader(node_folder(folder, n)) for n in range(nodes)] if nodes > 1 else []
+        )
         self._log = log_path
         self._metrics = metrics_path
         self._events: list[str] = []
@@ -121,6 +127,12 @@ class RayRun(RunningAttempt):
 
         job = request.job
         folder = request.run_folder
+        nodes = int((job.spec.get("resources") or {}).get("nodes") or 1)
+        machine = dict(request.machine or {})
+        if nodes > 1:  # what ferry.runner.ray_gang asks of each node besides CPUs and GPUs
+            machine["resources"] = _extra_resources(job)
+            limits = job.spec.get("limits") or {}
+            machine["max_pending"] = float(limits.get("max_pending") or DEFAULT_MAX_PENDING)
         order = RunOrder(
             attempt=request.attempt,
             argv=request.argv,
@@ -128,7 +140,8 @@ class RayRun(RunningAttempt):
             env={},
             grace=request.grace,
             procs_per_node=request.procs_per_node,
-            machine=request.machine,
+            hosts=["?"] * nodes,  # (each node's address, once the gang is placed)
+            machine=machine,
         )
         order.write(folder)
         jobs = ray_jobs.RayJobs(where.dashboard)
@@ -216,7 +229,7 @@ class RayRun(RunningAttempt):
         outside = info.status == ray_jobs.STOPPED and self._stopped is None
         if state is not None and state.ended:
             with contextlib.suppress(FerryError):
-                self._mirror()  # (every segment the end names)
+                self._mirror()  # (every segment the end names, and the nodes')
             ended = exit_of(state)
             if outside and ended.outcome == Exit.EXITED:  # (its runner took it as the notice)
                 why = f"stopped on the cluster, not by Ferry ({describe_exit(ended.code or 0)})"
@@ -242,17 +255,19 @@ class RayRun(RunningAttempt):
         )
 
     def _mirror(self) -> None:
-        """Copy the run folder's new log and metrics to this machine's files; keep its
-        events for :meth:`events`. Raises FerryError when the folder cannot be read."""
-        log = self._reader.read("log")
-        metrics = self._reader.read("metrics")
-        if log:
-            with open(self._log, "ab") as file:
-                file.write(log)
-        if metrics and self._metrics:
-            with open(self._metrics, "ab") as file:
-                file.write(metrics)
-        self._events += event_messages(self._reader)
+        """Copy the run folder's new log and metrics to this machine's files (a gang's:
+        each node's, whose lines carry their global rank); keep its events for
+        :meth:`events`. Raises FerryError when a folder cannot be read."""
+        for reader in self._streams:
+            log = reader.read("log")
+            metrics = reader.read("metrics")
+            if log:
+                with open(self._log, "ab") as file:
+                    file.write(log)
+            if metrics and self._metrics:
+                with open(self._metrics, "ab") as file:
+                    file.write(metrics)
+            self._events += event_messages(reader)
 
     def events(self) -> list[str]:
         taken, self._events = self._events, []
@@ -291,20 +306,36 @@ def submit_request(
     from ferry.accelerators import parse_accelerator
 
     res = request.job.spec.get("resources") or {}
+    gang = int(res.get("nodes") or 1) > 1
+    module = "ferry.runner.ray_gang" if gang else "ferry.runner"
     body: dict[str, Any] = {
-        "entrypoint": f"{shlex.quote(python)} -m ferry.runner {shlex.quote(folder)}",
+        "entrypoint": f"{shlex.quote(python)} -m {module} {shlex.quote(folder)}",
         "submission_id": submission_id,
         "runtime_env": {"working_dir": package, "env_vars": env},
         "metadata": {"ferry_job": request.job.id, "ferry_attempt": str(request.attempt)},
         "entrypoint_num_cpus": float(res.get("cpus") or 1),
     }
+    if gang:  # the entrypoint only places the gang and follows it: the nodes hold the rest
+        body["entrypoint_num_cpus"] = 0.0
+        return body
     if res.get("memory"):
         body["entrypoint_memory"] = int(res["memory"])
     if res.get("accelerator"):
         acc = parse_accelerator(res["accelerator"])
         body["entrypoint_num_gpus"] = acc.count
-        body["entrypoint_resources"] = {f"accelerator_type:{ray_label(acc.name)}": 0.001}
+        body["entrypoint_resources"] = _extra_resources(request.job)
     return body
+
+
+def _extra_resources(job: Job) -> dict[str, float]:
+    """The Ray resources an attempt of ``job`` asks for besides CPUs and GPUs (its
+    accelerator's ``accelerator_type`` label)."""
+    from ferry.accelerators import parse_accelerator
+
+    acc = (job.spec.get("resources") or {}).get("accelerator")
+    if not acc:
+        return {}
+    return {f"accelerator_type:{ray_label(parse_accelerator(acc).name)}": 0.001}
 
 
 def _asks(submit: dict[str, Any]) -> str:
@@ -323,7 +354,7 @@ class RayBackend(Backend):
 
     name = "ray"
     runs_here = False
-    features = frozenset({"inputs.remote", "inputs.stream", "outputs.remote"})
+    features = frozenset({"inputs.remote", "inputs.stream", "outputs.remote", "resources.nodes"})
 
     def _check(self, spec: Any) -> None:
         if spec.environment.requirements:
@@ -379,21 +410,28 @@ class RayBackend(Backend):
 
     def outputs_sent(self, job: Job, attempt: int, handle: str | None) -> list[Any] | None:
         from ferry.runner.machine import OUTPUTS
+        from ferry.runner.ray_gang import node_folder
         from ferry.runner.record import RunFolderReader
 
         submission_id = _parse_handle(handle or "")[0]
+        nodes = int((job.spec.get("resources") or {}).get("nodes") or 1)
         for local in (True, False):  # (where the cluster ran it is not recorded)
             if not local and not submission_id:
                 break
-            try:
-                reader = RunFolderReader(run_folder(job, attempt, submission_id, local))
-                data = reader.get(OUTPUTS)
-            except (FerryError, ValueError):
-                continue
-            if data is not None:
-                with contextlib.suppress(ValueError):
-                    listed = json.loads(data)
-                    return listed if isinstance(listed, list) else None
+            folder = run_folder(job, attempt, submission_id, local)
+            folders = [node_folder(folder, n) for n in range(nodes)] if nodes > 1 else [folder]
+            listed: list[Any] = []
+            for each in folders:
+                try:
+                    data = RunFolderReader(each).get(OUTPUTS)
+                    found = json.loads(data) if data is not None else None
+                except (FerryError, ValueError):
+                    found = None
+                if not isinstance(found, list):
+                    break
+                listed += found
+            else:
+                return listed
         return None
 
     def cancel(self, job: Job, attempt: int, handle: str | None) -> None:

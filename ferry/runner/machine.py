@@ -61,6 +61,10 @@ class Machine:
     gpus: int = 0  # this node's GPUs
     sync_interval: float = 30.0  # s between sends of checkpoints and TensorBoard logs
     scratch: str = ""  # where the attempt's folders go on the machine (default: temp)
+    # a gang over several nodes (ferry.runner.ray_gang): how long to wait for them, and
+    # the platform's resources each node's share holds besides CPUs and GPUs
+    max_pending: float = 600.0
+    resources: dict[str, float] = field(default_factory=dict)
 
     def fields(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -301,11 +305,18 @@ class Prepared:
 
     def tick(self) -> None:
         """While it runs: new metrics to the run folder; a new checkpoint (or, every
-        ``sync_interval``, whatever changed) to the bucket."""
+        ``sync_interval``, whatever changed) to the bucket, with ``checkpoint.paths``
+        (saved into the outputs at once when they are a folder)."""
         self._copy_metrics()
         for failure in self.live.failures():
             self.record.event(failure)
-        if not self.sync.remote or self.live.busy():
+        if not self.sync.remote:  # outputs in a folder: checkpoint.paths saved there now,
+            try:  # in case this machine is lost before the end
+                self.state.save(final=False)
+            except OSError as exc:
+                self.record.event(f"saving checkpoint.paths files failed: {exc}")
+            return
+        if self.live.busy():
             return
         now = time.monotonic()
         saved = checkpoints_mtime(self.dirs.checkpoints)

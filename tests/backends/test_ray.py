@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 import textwrap
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -389,3 +390,115 @@ def test_the_code_package_depends_on_the_files_only(tmp_path: Path) -> None:
     assert zip_folder(folder) == (data, digest)
     (folder / "train.py").write_text("print(2)\n")
     assert zip_folder(folder)[1] != digest
+
+
+# A gang over two nodes: each rank adds its rank + 1 through gloo (a real all-reduce across
+# the nodes), says so, then steps; rank 0 keeps its step in step.txt (checkpoint.paths), so
+# a resumed gang starts after it.
+GANG = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    from pathlib import Path
+    import torch, torch.distributed as dist
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    total = torch.tensor([float(rank + 1)])
+    dist.all_reduce(total)
+    node = os.environ["NODE_RANK"]
+    print(f"rank {rank} of {world} on node {node}: sum {total.item():g}", flush=True)
+    start = int(Path("step.txt").read_text()) if Path("step.txt").exists() else 0
+    print(f"starting at {start}", flush=True)
+    steps = int(sys.argv[1]) if len(sys.argv) > 1 else 0
+    for step in range(start, steps):
+        time.sleep(0.2)
+        if rank == 0:  # renamed into place: whole whenever it is taken
+            Path("step.tmp").write_text(str(step + 1))
+            os.replace("step.tmp", "step.txt")
+    dist.destroy_process_group()
+    print("done", flush=True)
+    """
+)
+
+
+@pytest.fixture(scope="session")
+def ray_nodes() -> Iterator[Any]:
+    """A Ray cluster of simulated nodes (ray.cluster_utils.Cluster): a head for the
+    entrypoints (no GPU) and two nodes with one T4 each; ``add`` puts another such node in,
+    ``nodes`` lists them, ``url`` is its Jobs API."""
+    from ray.cluster_utils import Cluster
+
+    from ferry.runner.run import free_port
+
+    port = free_port()
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 1,
+            "num_gpus": 0,
+            "include_dashboard": True,
+            "dashboard_host": "127.0.0.1",
+            "dashboard_port": port,
+        },
+    )
+
+    def add() -> Any:
+        node = cluster.add_node(num_cpus=1, num_gpus=1, resources={"accelerator_type:T4": 1})
+        cluster.wait_for_nodes()
+        return node
+
+    cluster.nodes = [add(), add()]
+    cluster.add = add
+    cluster.url = f"http://127.0.0.1:{port}"
+    wait_for(lambda: _answers(cluster.url), 60, "the simulated cluster's Jobs API")
+    yield cluster
+    cluster.shutdown()
+
+
+def _answers(url: str) -> bool:
+    try:
+        urllib.request.urlopen(f"{url}/api/version", timeout=2).close()
+    except OSError:
+        return False
+    return True
+
+
+@pytest.fixture
+def gang_project(
+    home: Path, project: Path, ray_nodes: Any, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    monkeypatch.setenv("RAY_ADDRESS", ray_nodes.url)
+    (project / "gang.py").write_text(GANG)
+    return project
+
+
+def test_a_gang_spans_two_nodes_with_one_runner_each(gang_project: Path) -> None:
+    job_id = _submit_spec(
+        gang_project, "command: [python, gang.py]\nresources: {nodes: 2, accelerator: 'T4:1'}\n"
+    )
+    status = wait_status(job_id, "SUCCEEDED", timeout=120)
+    log = _logs(job_id)
+    assert "[0] rank 0 of 2 on node 0: sum 3" in log, log  # gloo across the two nodes
+    assert "[1] rank 1 of 2 on node 1: sum 3" in log, log
+    assert "rank 1 of 2 on node 1" in _logs(job_id, "--rank", "1")
+    events = " ".join(e["message"] for e in status["events"])
+    assert "(STRICT_SPREAD)" in events and "MASTER_ADDR" in events, events
+    runs = Path(status["attempts"][0]["log_path"]).parent / "runs" / "1"
+    assert (runs / "node-0" / "state.json").exists() and (runs / "node-1" / "state.json").exists()
+
+
+def test_a_node_lost_under_the_gang_is_a_preemption(gang_project: Path, ray_nodes: Any) -> None:
+    job_id = _submit_spec(
+        gang_project,
+        "command: [python, gang.py, '40']\nresources: {nodes: 2, accelerator: 'T4:1'}\n"
+        "checkpoint: {paths: [step.txt]}\n",
+    )
+    wait_for(lambda: "starting at 0" in _logs(job_id), 90, "the gang to start")
+    time.sleep(1.5)  # a few steps
+    ray_nodes.remove_node(ray_nodes.nodes.pop(1))  # a node dies under the gang
+    ray_nodes.nodes.append(ray_nodes.add())  # and the cluster gets another
+    status = wait_status(job_id, "SUCCEEDED", timeout=180)
+    first = status["attempts"][0]
+    assert first["status"] == "PREEMPTED", first
+    assert "of the gang was lost" in first["reason"], first["reason"]
+    resumed = _logs(job_id, "--attempt", str(len(status["attempts"])))
+    assert "starting at 0" not in resumed, resumed  # from rank 0's saved step

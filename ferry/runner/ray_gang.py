@@ -1,0 +1,220 @@
+"""A gang over several Ray nodes: ``python -m ferry.runner.ray_gang RUN_FOLDER``, the
+entrypoint of a Ray job whose attempt has ``resources.nodes`` above 1.
+
+It runs inside the Ray job (it imports Ray, which the cluster has) and
+
+1. asks for a placement group of one bundle per node (the node's CPUs, GPUs, memory and
+   accelerator type), ``STRICT_SPREAD``: each on a node of its own; it gives up after
+   ``limits.max_pending`` with what it asked for (a provider failure);
+2. learns each bundle's node address (node 0's is ``MASTER_ADDR``) and a free port on
+   node 0 (``MASTER_PORT``);
+3. starts one Ray task per bundle, each running Ferry's runner for its node
+   (``python -m ferry.runner RUN_FOLDER/node-<i>``, with the node's share of the order:
+   ``node_rank``, the hosts, the port) with the GPUs Ray gave that task;
+4. passes the notice on: SIGTERM to this process (Ray's stop) cancels every task, which
+   sends SIGTERM to its runner, which stops its ranks (SIGKILL after the grace);
+5. stops the gang when a node's runner fails, and when a node dies (the attempt then
+   counts as preempted: the job resumes from its checkpoint);
+6. records the gang's end in the run folder: the first failing node's exit code and
+   reason, or the node that died.
+
+Each node's runner records its own share in ``node-<i>/`` (log, metrics, events, its
+outputs listing), which the controller reads beside this folder.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from typing import Any
+
+from ferry.errors import FerryError
+from ferry.runner.order import RunOrder
+from ferry.runner.record import RUNNING, STARTING, RunFolderReader, RunFolderWriter
+
+PREEMPTED = "preempted"  # a node died under the gang
+PROVIDER_FAILED = "provider_failed"  # the cluster could not place the gang
+NODE = "node-{}"  # a node's run folder, under the gang's
+
+
+def node_folder(folder: str, node: int) -> str:
+    """The run folder of node ``node``'s runner, under the gang's ``folder``."""
+    return f"{folder.rstrip('/')}/{NODE.format(node)}"
+
+
+def bundle(order: RunOrder) -> dict[str, float]:
+    """What one node's share of the gang holds (a placement group bundle)."""
+    plan = order.machine or {}
+    wanted: dict[str, float] = {"CPU": float(plan.get("cpus") or 1)}
+    if plan.get("gpus"):
+        wanted["GPU"] = float(plan["gpus"])
+    for name, amount in (plan.get("resources") or {}).items():
+        wanted[str(name)] = float(amount)
+    return wanted
+
+
+def _run_node(folder: str, env: dict[str, str]) -> int:
+    """(A Ray task, on the node of its bundle.) Run that node's runner to its end; a
+    cancel (the notice) is passed on as SIGTERM."""
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "ferry.runner", folder],
+        env={**os.environ, **env},  # with the GPUs Ray gave this task
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    while True:
+        try:
+            return runner.wait()
+        except KeyboardInterrupt:  # ray.cancel: the notice
+            runner.send_signal(signal.SIGTERM)
+
+
+def _node_address() -> tuple[str, int]:
+    """(A Ray task.) This node's address, and a free port on it."""
+    import ray
+
+    from ferry.runner.run import free_port
+
+    address: str = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+    return address, free_port()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m ferry.runner.ray_gang RUN_FOLDER", file=sys.stderr)
+        return 2
+    folder = args[0]
+    from ferry.runner.run import NOT_STARTED, _handed_over
+
+    try:
+        order = RunOrder.read(folder)
+        order, stopped = _handed_over(folder, order)
+    except FerryError as exc:
+        print(f"ferry gang: {exc}", file=sys.stderr)
+        return 2
+    record = RunFolderWriter(folder, order.attempt)
+    if stopped:
+        record.end(None, NOT_STARTED, "stopped before it started")
+        return 0
+    asked: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: asked.append(signum))
+    try:
+        code, outcome, reason = _gang(folder, order, record, asked)
+    except Exception as exc:  # Ray refused something: the attempt could not run
+        code, outcome, reason = None, PROVIDER_FAILED, f"the gang could not start on Ray: {exc}"
+    record.end(code, outcome, reason)
+    return 0
+
+
+def _gang(
+    folder: str, order: RunOrder, record: RunFolderWriter, asked: list[int]
+) -> tuple[int | None, str, str | None]:
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    from ferry.units import format_duration
+
+    nodes = len(order.hosts)
+    import logging
+
+    ray.init(logging_level=logging.ERROR, log_to_driver=False)
+    wanted = bundle(order)
+    shown = ", ".join(f"{v:g} {k}" for k, v in wanted.items())
+    record.event(f"asking Ray for {nodes} nodes of {shown} each (STRICT_SPREAD)")
+    record.beat(STARTING)
+    group = placement_group([wanted] * nodes, strategy="STRICT_SPREAD")
+    wait = float((order.machine or {}).get("max_pending") or 600.0)
+    try:
+        if not group.wait(timeout_seconds=wait):
+            return (
+                None,
+                PROVIDER_FAILED,
+                f"Ray could not place {nodes} nodes of {shown} each on nodes of their own "
+                f"within limits.max_pending ({format_duration(wait)})",
+            )
+
+        def on(index: int) -> Any:
+            return PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index)
+
+        where = ray.remote(num_cpus=0)(_node_address)
+        addresses = ray.get(
+            [where.options(scheduling_strategy=on(i)).remote() for i in range(nodes)]
+        )
+        hosts = [host for host, _ in addresses]
+        port = addresses[0][1]
+        env = dict(order.env)
+        run_node = ray.remote(max_retries=0)(_run_node)
+        tasks = []
+        for node in range(nodes):
+            share = replace(order, hosts=hosts, node_rank=node, master_port=port)
+            share.write(node_folder(folder, node))
+            options: dict[str, Any] = {"num_cpus": wanted["CPU"], "scheduling_strategy": on(node)}
+            if "GPU" in wanted:
+                options["num_gpus"] = wanted["GPU"]
+            tasks.append(run_node.options(**options).remote(node_folder(folder, node), env))
+        record.event(f"the gang's {nodes} nodes: {', '.join(hosts)}; MASTER_ADDR {hosts[0]}:{port}")
+        record.beat(RUNNING)
+        return _follow(folder, tasks, record, asked)
+    finally:
+        remove_placement_group(group)
+
+
+def _follow(
+    folder: str, tasks: list[Any], record: RunFolderWriter, asked: list[int]
+) -> tuple[int | None, str, str | None]:
+    """Until every node's runner has ended: the notice to all, a failing or lost node
+    stopping the others. Returns the gang's (exit code, outcome, reason)."""
+    import ray
+
+    from ferry.runner.run import EXITED
+
+    pending = list(tasks)
+    index = {task: node for node, task in enumerate(tasks)}
+    stopping = False
+    died: tuple[int, str] | None = None
+    codes: dict[int, int] = {}
+    last_beat = time.monotonic()
+    while pending:
+        done, pending = ray.wait(pending, num_returns=1, timeout=1.0)
+        for task in done:
+            node = index[task]
+            try:
+                codes[node] = int(ray.get(task))
+            except Exception as exc:  # the task's node died, or its worker was killed
+                if asked and isinstance(exc, ray.exceptions.TaskCancelledError):
+                    continue
+                died = died or (node, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+            failed = died is not None or codes.get(node, 0) != 0
+            if failed and not stopping and pending:
+                what = f"node {node} died" if died and died[0] == node else f"node {node} failed"
+                record.event(f"{what}: stopping the gang's other nodes")
+                for other in pending:
+                    ray.cancel(other)
+                stopping = True
+        if asked and not stopping:
+            record.event(f"notice (SIGTERM): to the gang's {len(pending)} nodes still running")
+            for task in pending:
+                ray.cancel(task)
+            stopping = True
+        if time.monotonic() - last_beat >= 2:
+            record.beat(RUNNING)
+            last_beat = time.monotonic()
+    if died is not None and not asked:
+        node, why = died
+        return None, PREEMPTED, f"node {node} of the gang was lost ({why})"
+    for node in sorted(codes):  # the first failing node's end, as its runner recorded it
+        state = RunFolderReader(node_folder(folder, node)).state()
+        if state is not None and state.exit_code:
+            reason = state.reason or ""
+            return state.exit_code, EXITED, f"node {node}: {reason}" if reason else None
+    return 0, EXITED, None
+
+
+if __name__ == "__main__":
+    sys.exit(main())
