@@ -145,7 +145,7 @@ class RayRun(RunningAttempt):
         )
         order.write(folder)
         jobs = ray_jobs.RayJobs(where.dashboard)
-        package = jobs.upload_folder(Path(job.job_dir) / "code")
+        package = jobs.upload_folder(Path(job.job_dir) / "code", owner=job.id)
         python = str(config.get("ray.python") or (sys.executable if where.local else "python3"))
         env = {
             **request.env,
@@ -170,15 +170,26 @@ class RayRun(RunningAttempt):
             _asks(body),
         )
 
-    def skip_mirrored(self) -> None:
-        """Following the attempt again: the log and metrics segments already copied to
-        this machine's files (by a supervisor that was lost) are not copied twice."""
-        for stream, path in (("log", self._log), ("metrics", self._metrics)):
-            try:
-                held = os.path.getsize(path) if path else 0
-            except OSError:
-                held = 0
-            self._reader.skip(stream, held)
+    def _positions_file(self) -> str:
+        return f"{self._log}.copied"  # beside the attempt's log: how far each folder was read
+
+    def go_on(self) -> None:
+        """Following the attempt again: what a supervisor before this one copied (log,
+        metrics, events of each folder) is not copied twice."""
+        try:
+            with open(self._positions_file()) as file:
+                known = json.load(file)
+        except (OSError, ValueError):
+            return
+        for reader, positions in zip(self._streams, known, strict=False):
+            if isinstance(positions, dict):
+                reader.go_on_from(positions)
+
+    def _save_positions(self) -> None:
+        path = self._positions_file()
+        with open(f"{path}.tmp", "w") as file:
+            json.dump([reader.positions for reader in self._streams], file)
+        os.replace(f"{path}.tmp", path)
 
     def poll(self) -> Exit | None:
         if self._exit is not None:
@@ -258,6 +269,7 @@ class RayRun(RunningAttempt):
         """Copy the run folder's new log and metrics to this machine's files (a gang's:
         each node's, whose lines carry their global rank); keep its events for
         :meth:`events`. Raises FerryError when a folder cannot be read."""
+        copied = False
         for reader in self._streams:
             log = reader.read("log")
             metrics = reader.read("metrics")
@@ -267,7 +279,11 @@ class RayRun(RunningAttempt):
             if metrics and self._metrics:
                 with open(self._metrics, "ab") as file:
                     file.write(metrics)
-            self._events += event_messages(reader)
+            events = event_messages(reader)
+            self._events += events
+            copied = copied or bool(log or metrics or events)
+        if copied:  # (after the copies: at worst a line is copied twice, never lost)
+            self._save_positions()
 
     def events(self) -> list[str]:
         taken, self._events = self._events, []
@@ -405,7 +421,7 @@ class RayBackend(Backend):
         local = Path(run_folder(job, attempt, submission_id, True))
         folder = str(local) if local.is_dir() else run_folder(job, attempt, submission_id, False)
         run = RayRun(job, dashboard, submission_id, folder, log_path, metrics_path)
-        run.skip_mirrored()
+        run.go_on()
         return run
 
     def outputs_sent(self, job: Job, attempt: int, handle: str | None) -> list[Any] | None:

@@ -106,10 +106,14 @@ class RayJobs:
         """The cluster's Ray version."""
         return str(self._json("GET", "/api/version").get("ray_version", ""))
 
-    def upload_folder(self, folder: Path) -> str:
+    def upload_folder(self, folder: Path, owner: str = "") -> str:
         """Send ``folder``'s files as a code package unless the cluster has it already;
-        returns its URI for ``runtime_env.working_dir``."""
+        returns its URI for ``runtime_env.working_dir``. The name depends on ``owner``
+        (a job) too: a package another job used may be deleted by Ray as that job ends,
+        even after this one found it there."""
         data, digest = zip_folder(folder)
+        if owner:
+            digest = hashlib.sha1(f"{owner}\0{digest}".encode(), usedforsecurity=False).hexdigest()
         name = f"{PACKAGE_PREFIX}{digest}.zip"
         status, _ = self._call("GET", f"/api/packages/gcs/{name}")
         if status == 404:
@@ -128,16 +132,27 @@ class RayJobs:
             )
         return f"gcs://{name}"
 
-    def submit(self, request: dict[str, Any], wait: float = 60.0) -> str:
+    def submit(self, request: dict[str, Any], wait: float = 120.0) -> str:
         """Submit a job (a ``JobSubmitRequest``); returns its submission id. A head that
-        has just started has no job agent for a few seconds: asked again for ``wait`` s."""
+        has just started drops connections, and has no job agent, for a few seconds: asked
+        again for ``wait`` s. (Resubmitting is safe: the submission id is the job's own, so
+        a submission that did arrive is refused, not doubled.)"""
         import time
 
         deadline = time.monotonic() + wait
+        dropped = False
         while True:
             try:
                 answer = self._json("POST", "/api/jobs/", request)
+            except RayUnreachable:  # (a dashboard still starting drops connections)
+                if time.monotonic() > deadline:
+                    raise
+                dropped = True
+                time.sleep(0.5)
+                continue
             except FerryError as exc:
+                if dropped and "already exists" in exc.message:  # the dropped one arrived
+                    return str(request["submission_id"])
                 if "No available agent" not in exc.message or time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)

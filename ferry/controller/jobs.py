@@ -411,6 +411,8 @@ def _follow_again(store: Store, job: Job, last: Attempt | None) -> Job | None:
     fails it)."""
     from ferry.backends.registry import get_backend
 
+    if job.status is _S.CANCELLING:  # (finished as cancelled, its attempt stopped)
+        return None
     if last is None or last.status.is_terminal() or not last.handle:
         return None
     try:
@@ -436,7 +438,8 @@ def _follow_again(store: Store, job: Job, last: Attempt | None) -> Job | None:
     try:
         spawn_supervisor(claimed)
     except OSError as exc:
-        get_backend(last.backend).cancel(job, last.number, last.handle)
+        with contextlib.suppress(FerryError):
+            get_backend(last.backend).cancel(job, last.number, last.handle)
         _finish_job(store, job.id, _S.FAILED, f"could not start a new supervisor: {exc}")
     return claimed
 

@@ -263,6 +263,8 @@ class Prepared:
         if restored:
             names = ", ".join(name for name, _ in restored[:3])
             record.event(f"put back in the working folder (checkpoint.paths): {names}")
+        if order.node_rank != 0:  # every node gets the files back; node 0's are the state
+            self.state = WorkdirState(self.state.workdir, dirs.checkpoints, (), Path(order.cwd))
         self.cwd = str(self.state.workdir)
         self.metrics_file = self.scratch / "metrics.jsonl"
         self.failure_file = self.scratch / "failure"

@@ -24,6 +24,7 @@ outputs listing), which the controller reads beside this folder.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -32,9 +33,9 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from ferry.errors import FerryError
 from ferry.runner.order import RunOrder
-from ferry.runner.record import RUNNING, STARTING, RunFolderReader, RunFolderWriter
+from ferry.runner.record import RUNNING, STARTING, RunFolderReader, RunFolderWriter, _Place
+from ferry.runner.run import EXITED, NOT_STARTED, SECRETS
 
 PREEMPTED = "preempted"  # a node died under the gang
 PROVIDER_FAILED = "provider_failed"  # the cluster could not place the gang
@@ -57,14 +58,14 @@ def bundle(order: RunOrder) -> dict[str, float]:
     return wanted
 
 
-def _run_node(folder: str, env: dict[str, str]) -> int:
+def _run_node(folder: str) -> int:
     """(A Ray task, on the node of its bundle.) Run that node's runner to its end; a
-    cancel (the notice) is passed on as SIGTERM."""
-    runner = subprocess.Popen(
+    cancel (the notice) is passed on as SIGTERM. The runner dies with the task's worker."""
+    from ferry.runner.spawn import spawn
+
+    runner = spawn(  # (with a parent-death signal)
         [sys.executable, "-m", "ferry.runner", folder],
-        env={**os.environ, **env},  # with the GPUs Ray gave this task
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
+        {"env": dict(os.environ), "stdin": subprocess.DEVNULL},
     )
     while True:
         try:
@@ -89,22 +90,19 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m ferry.runner.ray_gang RUN_FOLDER", file=sys.stderr)
         return 2
     folder = args[0]
-    from ferry.runner.run import NOT_STARTED, _handed_over
+    from ferry.runner.run import take_order
 
-    try:
-        order = RunOrder.read(folder)
-        order, stopped = _handed_over(folder, order)
-    except FerryError as exc:
-        print(f"ferry gang: {exc}", file=sys.stderr)
+    secrets = _Place(folder).get(SECRETS)  # (take_order removes the file)
+    order = take_order(folder, "ferry gang")
+    if order is None:
         return 2
-    record = RunFolderWriter(folder, order.attempt)
-    if stopped:
-        record.end(None, NOT_STARTED, "stopped before it started")
+    if not order.argv:  # stopped before it started (recorded)
         return 0
+    record = RunFolderWriter(folder, order.attempt)
     asked: list[int] = []
     signal.signal(signal.SIGTERM, lambda signum, frame: asked.append(signum))
     try:
-        code, outcome, reason = _gang(folder, order, record, asked)
+        code, outcome, reason = _gang(folder, order, record, asked, secrets)
     except Exception as exc:  # Ray refused something: the attempt could not run
         code, outcome, reason = None, PROVIDER_FAILED, f"the gang could not start on Ray: {exc}"
     record.end(code, outcome, reason)
@@ -112,7 +110,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _gang(
-    folder: str, order: RunOrder, record: RunFolderWriter, asked: list[int]
+    folder: str,
+    order: RunOrder,
+    record: RunFolderWriter,
+    asked: list[int],
+    secrets: bytes | None,
 ) -> tuple[int | None, str, str | None]:
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
@@ -130,34 +132,44 @@ def _gang(
     record.beat(STARTING)
     group = placement_group([wanted] * nodes, strategy="STRICT_SPREAD")
     wait = float((order.machine or {}).get("max_pending") or 600.0)
+    deadline = time.monotonic() + wait
     try:
-        if not group.wait(timeout_seconds=wait):
-            return (
-                None,
-                PROVIDER_FAILED,
-                f"Ray could not place {nodes} nodes of {shown} each on nodes of their own "
-                f"within limits.max_pending ({format_duration(wait)})",
-            )
+        while not group.wait(timeout_seconds=1):  # (the notice is looked at every second)
+            if asked:
+                return None, NOT_STARTED, "stopped while Ray placed the gang"
+            if time.monotonic() > deadline:
+                return (
+                    None,
+                    PROVIDER_FAILED,
+                    f"Ray could not place {nodes} nodes of {shown} each on nodes of their "
+                    f"own within limits.max_pending ({format_duration(wait)})",
+                )
 
         def on(index: int) -> Any:
             return PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index)
 
         where = ray.remote(num_cpus=0)(_node_address)
         addresses = ray.get(
-            [where.options(scheduling_strategy=on(i)).remote() for i in range(nodes)]
+            [where.options(scheduling_strategy=on(i)).remote() for i in range(nodes)],
+            timeout=120,
         )
+        if asked:
+            return None, NOT_STARTED, "stopped while Ray placed the gang"
         hosts = [host for host, _ in addresses]
         port = addresses[0][1]
-        env = dict(order.env)
         run_node = ray.remote(max_retries=0)(_run_node)
         tasks = []
         for node in range(nodes):
             share = replace(order, hosts=hosts, node_rank=node, master_port=port)
             share.write(node_folder(folder, node))
+            if secrets is not None:  # (a cluster here: each node's runner reads its own)
+                _Place(node_folder(folder, node)).put(SECRETS, secrets)
             options: dict[str, Any] = {"num_cpus": wanted["CPU"], "scheduling_strategy": on(node)}
             if "GPU" in wanted:
                 options["num_gpus"] = wanted["GPU"]
-            tasks.append(run_node.options(**options).remote(node_folder(folder, node), env))
+            # the job's variables reach the task through the Ray job's runtime env; the
+            # task's own (the GPUs Ray gave it) stand
+            tasks.append(run_node.options(**options).remote(node_folder(folder, node)))
         record.event(f"the gang's {nodes} nodes: {', '.join(hosts)}; MASTER_ADDR {hosts[0]}:{port}")
         record.beat(RUNNING)
         return _follow(folder, tasks, record, asked)
@@ -172,48 +184,66 @@ def _follow(
     stopping the others. Returns the gang's (exit code, outcome, reason)."""
     import ray
 
-    from ferry.runner.run import EXITED
-
     pending = list(tasks)
     index = {task: node for node, task in enumerate(tasks)}
-    stopping = False
-    died: tuple[int, str] | None = None
-    codes: dict[int, int] = {}
+    cancelled: set[Any] = set()
+    first: tuple[int, str, int | None, str] | None = None  # node, how, code, reason
+
+    def stop_others(why: str) -> None:
+        with contextlib.suppress(Exception):  # (the record may fail: the notice may not)
+            record.event(f"{why}: stopping the gang's {len(pending)} other nodes")
+        for other in pending:
+            if other not in cancelled:
+                cancelled.add(other)
+                ray.cancel(other)
+
     last_beat = time.monotonic()
-    while pending:
-        done, pending = ray.wait(pending, num_returns=1, timeout=1.0)
-        for task in done:
-            node = index[task]
-            try:
-                codes[node] = int(ray.get(task))
-            except Exception as exc:  # the task's node died, or its worker was killed
-                if asked and isinstance(exc, ray.exceptions.TaskCancelledError):
+    try:
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1, timeout=1.0)
+            for task in done:
+                node = index[task]
+                try:
+                    ray.get(task)
+                except Exception as exc:  # its node died, or its worker was killed
+                    if task in cancelled:  # (stopped here: its runner recorded its end)
+                        continue
+                    if first is None:
+                        why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+                        first = (node, "lost", None, why)
+                        stop_others(f"node {node} was lost")
                     continue
-                died = died or (node, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
-            failed = died is not None or codes.get(node, 0) != 0
-            if failed and not stopping and pending:
-                what = f"node {node} died" if died and died[0] == node else f"node {node} failed"
-                record.event(f"{what}: stopping the gang's other nodes")
-                for other in pending:
-                    ray.cancel(other)
-                stopping = True
-        if asked and not stopping:
-            record.event(f"notice (SIGTERM): to the gang's {len(pending)} nodes still running")
-            for task in pending:
+                state = RunFolderReader(node_folder(folder, node)).state()
+                ok = state is not None and state.outcome == EXITED and state.exit_code == 0
+                if not ok and first is None and task not in cancelled:
+                    code = state.exit_code if state is not None else None
+                    reason = (state.reason if state is not None else None) or "no end recorded"
+                    first = (node, "failed", code, reason)
+                    if pending:
+                        stop_others(f"node {node} failed")
+            if asked and any(task not in cancelled for task in pending):
+                stop_others("notice (SIGTERM)")
+            if time.monotonic() - last_beat >= 2:
+                with contextlib.suppress(Exception):
+                    record.beat(RUNNING)
+                last_beat = time.monotonic()
+    except BaseException:  # this process failed: the nodes get the notice all the same
+        for task in pending:
+            with contextlib.suppress(Exception):
                 ray.cancel(task)
-            stopping = True
-        if time.monotonic() - last_beat >= 2:
-            record.beat(RUNNING)
-            last_beat = time.monotonic()
-    if died is not None and not asked:
-        node, why = died
-        return None, PREEMPTED, f"node {node} of the gang was lost ({why})"
-    for node in sorted(codes):  # the first failing node's end, as its runner recorded it
-        state = RunFolderReader(node_folder(folder, node)).state()
-        if state is not None and state.exit_code:
-            reason = state.reason or ""
-            return state.exit_code, EXITED, f"node {node}: {reason}" if reason else None
-    return 0, EXITED, None
+        with contextlib.suppress(Exception):
+            ray.wait(pending, num_returns=len(pending), timeout=60)
+        raise
+    if first is None:
+        return 0, EXITED, None
+    node, how, code, said = first
+    if how == "lost" and not asked:
+        return None, PREEMPTED, f"node {node} of the gang was lost ({said})"
+    if how == "lost":
+        return -signal.SIGKILL, EXITED, f"node {node}: its runner was lost ({said})"
+    if code is None:
+        return None, PROVIDER_FAILED, f"node {node}: {said}"
+    return code, EXITED, f"node {node}: {said}"
 
 
 if __name__ == "__main__":

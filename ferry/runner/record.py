@@ -335,16 +335,16 @@ class RunFolderReader:
             self._read[stream] += 1
         return bytes(out)
 
-    def skip(self, stream: str, size: int) -> None:
-        """Take the first segments of ``stream`` as read, as many as make up ``size``
-        bytes (what a reader before this one copied): reading goes on after them."""
-        done = 0
-        while done < size:
-            data = self._place.get(segment_name(stream, self._read[stream] + 1))
-            if data is None or done + len(data) > size:
-                return
-            done += len(data)
-            self._read[stream] += 1
+    @property
+    def positions(self) -> dict[str, int]:
+        """How many segments of each stream have been read (to go on from, later)."""
+        return dict(self._read)
+
+    def go_on_from(self, positions: dict[str, int]) -> None:
+        """Take as read what a reader before this one had read (its :attr:`positions`)."""
+        for stream, count in positions.items():
+            if stream in self._read:
+                self._read[stream] = int(count)
 
     def complete(self, state: RunState) -> bool:
         """Whether ``state`` is the end and every segment it names has been read."""

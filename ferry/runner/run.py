@@ -364,17 +364,28 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m ferry.runner RUN_FOLDER", file=sys.stderr)
         return 2
     folder = args[0]
+    order = take_order(folder, "ferry runner")
+    if order is None:
+        return 2
+    return run(folder, order) if order.argv else 0
+
+
+def take_order(folder: str, who: str) -> RunOrder | None:
+    """The order in ``folder`` with the secrets left beside it; None (said on stderr)
+    when there is none to read. An attempt stopped before this process started (placed
+    late by its platform) is recorded as not started, and its order comes back with no
+    command."""
     try:
         order = RunOrder.read(folder)
         order, stopped = _handed_over(folder, order)
     except FerryError as exc:
-        print(f"ferry runner: {exc}", file=sys.stderr)
-        return 2
-    if stopped:  # started (placed by its platform) after the controller stopped it
+        print(f"{who}: {exc}", file=sys.stderr)
+        return None
+    if stopped:
         record = RunFolderWriter(folder, order.attempt, announce=False)
         record.end(None, NOT_STARTED, "stopped before it started")
-        return 0
-    return run(folder, order)
+        return replace(order, argv=[])
+    return order
 
 
 STOPPED = "stopped"  # in the run folder: the controller stopped the attempt

@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import sys
+import tempfile
 import textwrap
 import time
 import urllib.request
@@ -408,6 +409,11 @@ GANG = textwrap.dedent(
     print(f"rank {rank} of {world} on node {node}: sum {total.item():g}", flush=True)
     start = int(Path("step.txt").read_text()) if Path("step.txt").exists() else 0
     print(f"starting at {start}", flush=True)
+    if len(sys.argv) > 1 and sys.argv[1] == "fail":
+        if rank == 1:
+            print("rank 1 gives up", flush=True)
+            sys.exit(3)
+        dist.barrier()  # waits for rank 1 for ever: the gang must be stopped
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 0
     for step in range(start, steps):
         time.sleep(0.2)
@@ -420,16 +426,21 @@ GANG = textwrap.dedent(
 )
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def ray_nodes() -> Iterator[Any]:
-    """A Ray cluster of simulated nodes (ray.cluster_utils.Cluster): a head for the
-    entrypoints (no GPU) and two nodes with one T4 each; ``add`` puts another such node in,
-    ``nodes`` lists them, ``url`` is its Jobs API."""
+    """A Ray cluster of simulated nodes (ray.cluster_utils.Cluster), fresh for each test
+    (one that lost nodes, or stopped a gang, may not take the next job at once on this
+    small machine): a head for the entrypoints (no GPU) and two nodes with one T4 each;
+    ``add`` puts another such node in, ``nodes`` lists them, ``url`` is its Jobs API."""
     from ray.cluster_utils import Cluster
 
     from ferry.runner.run import free_port
 
     port = free_port()
+    # its own session folder: two clusters under Ray's default /tmp/ray would find each
+    # other's "session_latest" (its nodes inherit this)
+    before = os.environ.get("RAY_TMPDIR")
+    os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="fr-", dir="/tmp")
     cluster = Cluster(
         initialize_head=True,
         head_node_args={
@@ -452,6 +463,10 @@ def ray_nodes() -> Iterator[Any]:
     wait_for(lambda: _answers(cluster.url), 60, "the simulated cluster's Jobs API")
     yield cluster
     cluster.shutdown()
+    if before is None:
+        os.environ.pop("RAY_TMPDIR", None)
+    else:
+        os.environ["RAY_TMPDIR"] = before
 
 
 def _answers(url: str) -> bool:
@@ -486,19 +501,43 @@ def test_a_gang_spans_two_nodes_with_one_runner_each(gang_project: Path) -> None
     assert (runs / "node-0" / "state.json").exists() and (runs / "node-1" / "state.json").exists()
 
 
+def test_a_failing_node_stops_the_gang_and_is_named(gang_project: Path) -> None:
+    job_id = _submit_spec(
+        gang_project,
+        "command: [python, gang.py, fail]\nresources: {nodes: 2, accelerator: 'T4:1'}\n"
+        "limits: {stop_grace: 5s}\n",
+    )
+    status = wait_status(job_id, "FAILED", timeout=120)
+    assert status["exit_code"] == 3, status
+    assert status["reason"].startswith("node 1: rank 1: exit code 3"), status["reason"]
+    assert "rank 1 gives up" in status["reason"]
+    events = " ".join(e["message"] for e in status["events"])
+    assert "node 1 failed: stopping the gang's 1 other nodes" in events, events
+
+
 def test_a_node_lost_under_the_gang_is_a_preemption(gang_project: Path, ray_nodes: Any) -> None:
     job_id = _submit_spec(
         gang_project,
         "command: [python, gang.py, '40']\nresources: {nodes: 2, accelerator: 'T4:1'}\n"
         "checkpoint: {paths: [step.txt]}\n",
     )
+    import psutil
+
     wait_for(lambda: "starting at 0" in _logs(job_id), 90, "the gang to start")
-    time.sleep(1.5)  # a few steps
-    ray_nodes.remove_node(ray_nodes.nodes.pop(1))  # a node dies under the gang
+    time.sleep(3)  # a few steps, and the runners' next save of checkpoint.paths
+    # the node that runs rank 0 (node 0's runner descends from its raylet) dies
+    job_dir = Path(job_status(job_id)["attempts"][0]["log_path"]).parent
+    runner = json.loads((job_dir / "runs" / "1" / "node-0" / "state.json").read_text())["pid"]
+    above = {parent.pid for parent in psutil.Process(runner).parents()}
+    victim = next(
+        node for node in ray_nodes.nodes if node.all_processes["raylet"][0].process.pid in above
+    )
+    ray_nodes.nodes.remove(victim)
+    ray_nodes.remove_node(victim)
     ray_nodes.nodes.append(ray_nodes.add())  # and the cluster gets another
     status = wait_status(job_id, "SUCCEEDED", timeout=180)
     first = status["attempts"][0]
     assert first["status"] == "PREEMPTED", first
-    assert "of the gang was lost" in first["reason"], first["reason"]
+    assert "node 0 of the gang was lost" in first["reason"], first["reason"]
     resumed = _logs(job_id, "--attempt", str(len(status["attempts"])))
     assert "starting at 0" not in resumed, resumed  # from rank 0's saved step
