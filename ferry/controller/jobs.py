@@ -377,28 +377,44 @@ def _resume(store: Store, job: Job, last: Attempt | None) -> Job | None:
     allowed, used = resume_allowed(History(preemptions=job.preemptions), limits)
     if not allowed:
         return None
+    reason = f"{_RESUMING} ({used} of {limits.on_preemption})"
+    resumed = _claim(store, job, reason, preemptions=used)
+    if resumed is None:
+        return job  # claimed (or finished) by someone else meanwhile: theirs to handle
+    _lost_attempt(store, job, last)
+    _new_supervisor(store, resumed)
+    return resumed
+
+
+def _claim(store: Store, job: Job, reason: str, **fields: Any) -> Job | None:
+    """Take a job whose supervisor was lost (RECOVERING, no supervisor); None when someone
+    else claimed or finished it first."""
     try:
-        resumed = store.transition(
+        return store.transition(
             job.id,
             _S.RECOVERING,
             expected={job.status},
             supervised_by=(job.supervisor_pid, job.supervisor_started),
-            reason=f"{_RESUMING} ({used} of {limits.on_preemption})",
+            reason=reason,
             supervisor_pid=None,
             supervisor_host=None,
             supervisor_started=None,
-            preemptions=used,
+            **fields,
         )
     except TransitionError:
-        return job  # claimed (or finished) by someone else meanwhile: theirs to handle
-    _lost_attempt(store, job, last)
+        return None
+
+
+def _new_supervisor(store: Store, job: Job) -> bool:
+    """Start a supervisor for a claimed job; fails the job (False) when none starts."""
     from ferry.supervisor import spawn_supervisor
 
     try:
-        spawn_supervisor(resumed)
+        spawn_supervisor(job)
     except OSError as exc:
         _finish_job(store, job.id, _S.FAILED, f"could not start a new supervisor: {exc}")
-    return resumed
+        return False
+    return True
 
 
 _RESUMING = "supervisor lost; resuming in a new attempt"
@@ -420,27 +436,12 @@ def _follow_again(store: Store, job: Job, last: Attempt | None) -> Job | None:
             return None
     except FerryError:  # (a backend this Ferry no longer has)
         return None
-    try:
-        claimed = store.transition(
-            job.id,
-            _S.RECOVERING,
-            expected={job.status},
-            supervised_by=(job.supervisor_pid, job.supervisor_started),
-            reason=f"supervisor lost; following attempt {last.number} again",
-            supervisor_pid=None,
-            supervisor_host=None,
-            supervisor_started=None,
-        )
-    except TransitionError:
+    claimed = _claim(store, job, f"supervisor lost; following attempt {last.number} again")
+    if claimed is None:
         return job  # claimed (or finished) by someone else meanwhile
-    from ferry.supervisor import spawn_supervisor
-
-    try:
-        spawn_supervisor(claimed)
-    except OSError as exc:
+    if not _new_supervisor(store, claimed):
         with contextlib.suppress(FerryError):
             get_backend(last.backend).cancel(job, last.number, last.handle)
-        _finish_job(store, job.id, _S.FAILED, f"could not start a new supervisor: {exc}")
     return claimed
 
 
