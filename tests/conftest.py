@@ -106,6 +106,20 @@ def ferry(
     )
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Under ``--dist loadgroup``, pytest-xdist keeps an ``xdist_group``'s tests on one
+    worker by suffixing their ids with ``@group``; a pytest it cannot do that on would
+    spread them silently (two Ray heads fighting for one port), so that stops the run."""
+    if not session.config.getvalue("loadgroup"):
+        return
+    for item in session.items:
+        if item.get_closest_marker("xdist_group") and "@" not in item.nodeid:
+            raise pytest.UsageError(
+                f"{item.nodeid} is in an xdist_group but pytest-xdist could not group it "
+                "(a pytest this pytest-xdist does not know): pin pytest as pyproject.toml says"
+            )
+
+
 def ferry_json(*args: str, cwd: Path | str | None = None) -> Any:
     """Run `ferry ... --json` and parse its output."""
     result = ferry(*args, "--json", cwd=cwd)
@@ -113,16 +127,24 @@ def ferry_json(*args: str, cwd: Path | str | None = None) -> Any:
     return json.loads(result.stdout)
 
 
-def wait_for(condition: Callable[[], Any], timeout: float = 30, what: str = "condition") -> Any:
-    """Poll ``condition`` until it returns something truthy; fail after ``timeout`` s."""
+def wait_for(
+    condition: Callable[[], Any],
+    timeout: float = 30,
+    what: str = "condition",
+    every: float = 0.05,
+    explain: Callable[[], object] | None = None,
+) -> Any:
+    """Poll ``condition`` every ``every`` s until it returns something truthy; fail after
+    ``timeout`` s, saying what ``explain`` returns (the state that was waited on)."""
     end = time.monotonic() + timeout
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() > end:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
+            said = f": {explain()}" if explain is not None else ""
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}{said}")
+        time.sleep(every)
 
 
 def job_status(job_id: str) -> dict[str, Any]:

@@ -22,7 +22,6 @@ import pytest
 
 from ferry.backends.ray_cluster import dashboard_url
 from ferry.backends.ray_jobs import zip_folder
-from tests.backends.test_local import wait_status
 from tests.conftest import assert_one_line_error, ferry, ferry_json, job_status, submit, wait_for
 from tests.storage.conftest import s3_endpoint  # noqa: F401 - a fixture
 
@@ -117,8 +116,42 @@ def _ray_job(ray_head: str, job_id: str, attempt: int = 1) -> dict[str, object]:
     return data
 
 
+def wait_status(job_id: str, *statuses: str, timeout: float = 30) -> dict[str, Any]:
+    """Wait until the job is in one of ``statuses``, asking every half second; a timeout
+    says where the job was."""
+    return wait_for(  # type: ignore[no-any-return]
+        lambda: (s := job_status(job_id))["status"] in statuses and s,
+        timeout,
+        f"{job_id} to be {'/'.join(statuses)}",
+        every=0.5,
+        explain=lambda: _explain(job_id),
+    )
+
+
+def _until_logged(job_id: str, text: str, timeout: float, what: str) -> None:
+    """Wait until the job's log has ``text`` (asking every half second: each ask is a
+    process, and the cluster needs the cores); fail at once if the job ended first."""
+
+    def logged() -> bool:
+        if text in _logs(job_id):
+            return True
+        ended = job_status(job_id)["status"] in ("SUCCEEDED", "FAILED", "CANCELLED")
+        assert not ended, _explain(job_id)
+        return False
+
+    wait_for(logged, timeout, what, every=0.5, explain=lambda: _explain(job_id))
+
+
+def _explain(job_id: str) -> str:
+    """The job's status, reason, events and log tail: what a timed-out wait says."""
+    status = job_status(job_id)
+    events = "; ".join(e["message"] for e in status["events"])
+    tail = _logs(job_id)[-1500:]
+    return f"{status['status']} ({status.get('reason')}); events: {events}; log: {tail}"
+
+
 def _started(job_id: str) -> None:
-    wait_for(lambda: "starting at 0" in _logs(job_id), 60, "the job to start")
+    _until_logged(job_id, "starting at 0", 60, "the job to start")
 
 
 def _logs(job_id: str, *args: str) -> str:
@@ -449,6 +482,8 @@ def ray_nodes() -> Iterator[Any]:
             "include_dashboard": True,
             "dashboard_host": "127.0.0.1",
             "dashboard_port": port,
+            # not Ray's fixed 52365, which another head on this machine may hold
+            "dashboard_agent_listen_port": free_port(),
         },
     )
 
@@ -523,7 +558,7 @@ def test_a_node_lost_under_the_gang_is_a_preemption(gang_project: Path, ray_node
     )
     import psutil
 
-    wait_for(lambda: "starting at 0" in _logs(job_id), 90, "the gang to start")
+    _until_logged(job_id, "starting at 0", 120, "the gang to start")
     time.sleep(3)  # a few steps, and the runners' next save of checkpoint.paths
     # the node that runs rank 0 (node 0's runner descends from its raylet) dies
     job_dir = Path(job_status(job_id)["attempts"][0]["log_path"]).parent
