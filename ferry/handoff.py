@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 REPLY_TIMEOUT_S = 1.0  # an idle supervisor answers in microseconds; one that does not is stuck
 GO_TIMEOUT_S = 10.0  # how long a supervisor that said ready waits for the go
 _PREFIX = "idle-"
+WATCHER = "watch-"  # the sockets of watchers (ferry.watcher), which take jobs elsewhere
 # Unix sockets whose peer's user can be asked (Linux); elsewhere every job gets a new process
 _USABLE = hasattr(socket, "AF_UNIX") and hasattr(socket, "SO_PEERCRED")
 _JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
@@ -48,14 +49,14 @@ def waiting() -> bool:
     return bool(_idle())
 
 
-def hand(job_id: str) -> bool:
-    """Hand the admitted job ``job_id`` to an idle supervisor like the one this process
-    would start; whether one took it."""
-    return any(_offer(path, job_id) for path in _idle())
+def hand(job_id: str, kind: str = "idle-") -> bool:
+    """Hand the admitted job ``job_id`` to a process of ``kind`` (an idle supervisor, or a
+    watcher with ``WATCHER``) like the one this process would start; whether one took it."""
+    return any(_offer(path, job_id) for path in _idle(kind))
 
 
-def _idle() -> list[str]:
-    """The sockets of the idle supervisors like the one this process would start."""
+def _idle(kind: str = "idle-") -> list[str]:
+    """The sockets of the processes of ``kind`` like the one this process would start."""
     if not _USABLE:
         return []
     folder = _folder()
@@ -63,11 +64,11 @@ def _idle() -> list[str]:
         names = os.listdir(folder)
     except OSError:  # (no folder yet: no idle supervisor)
         return []
-    if not any(name.startswith(_PREFIX) for name in names):
+    if not any(name.startswith(kind) for name in names):
         return []
     from ferry.launcher import private_folder
 
-    prefix = f"{_PREFIX}{_identity()}-"
+    prefix = f"{kind}{_identity()}-"
     found = [os.path.join(folder, name) for name in names if name.startswith(prefix)]
     return found if found and private_folder(folder) else []
 
@@ -102,49 +103,107 @@ def wait_for_job(wake_fd: int, stopped: Callable[[], bool], seconds: float) -> s
     """In a supervisor without a job: wait up to ``seconds`` for one handed over by
     :func:`hand`; its id, or None (time is up, or ``stopped()`` became true: the
     supervisor's signal pipe ``wake_fd`` wakes the wait)."""
-    if seconds <= 0 or not _USABLE or not _current():
+    if seconds <= 0:
         return None
-    folder = _folder()
-    path = os.path.join(folder, f"{_PREFIX}{_identity()}-{os.getpid()}.sock")
-    from ferry.launcher import private_folder
-
-    # listening before it is found under its name (a submitter refused a connection takes
-    # the name for a dead supervisor's, and removes it)
-    tmp = os.path.join(folder, f"tmp-{os.getpid()}.sock")
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    desk = Desk(_PREFIX)
+    if not desk.open():
+        return None
     try:
-        os.makedirs(folder, mode=0o700, exist_ok=True)
-        if not private_folder(folder):
-            return None
-        with contextlib.suppress(FileNotFoundError):  # left by a killed process of this pid
-            os.unlink(tmp)
-        with _short(tmp) as short:
-            listener.bind(short)
-        listener.listen(16)
-        os.replace(tmp, path)
         deadline = time.monotonic() + seconds
         while not stopped():
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
-            ready, _, _ = select.select([listener.fileno(), wake_fd], [], [], left)
+            ready, _, _ = select.select([desk.fileno(), wake_fd], [], [], left)
             if wake_fd in ready:
                 with contextlib.suppress(BlockingIOError):
                     os.read(wake_fd, 4096)
-            if listener.fileno() in ready:
-                conn, _ = listener.accept()
-                with conn:
-                    job_id = _take(conn, stopped)
+            if desk.fileno() in ready:
+                job_id = desk.take(stopped)
                 if job_id is not None:
                     return job_id
         return None
-    except OSError:  # (no room for the socket, a folder taken away: end as before)
+    except OSError:  # (a folder taken away: end as before)
         return None
     finally:
-        for name in (path, tmp):  # whoever connects from now on starts their own
+        desk.close()
+
+
+class Desk:
+    """Where a process takes the jobs :func:`hand` offers under ``kind`` (``idle-``: an
+    idle supervisor; ``watch-``: a watcher of jobs elsewhere): a socket listening under
+    the name the offering side looks for, from :meth:`open` to :meth:`close`."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._listener: socket.socket | None = None
+        self._path = ""
+
+    def open(self) -> bool:
+        """Start taking jobs; False where jobs cannot be handed over (not Linux, a Ferry
+        whose files changed since it was imported, a folder that is not private)."""
+        if not _USABLE or not _current():
+            return False
+        folder = _folder()
+        # (unique: a process may open several, one for each watcher it forks)
+        name = f"{self.kind}{_identity()}-{os.getpid()}-{os.urandom(4).hex()}.sock"
+        self._path = os.path.join(folder, name)
+        from ferry.launcher import private_folder
+
+        # listening before it is found under its name (a submitter refused a connection
+        # takes the name for a dead process's, and removes it)
+        tmp = os.path.join(folder, f"tmp-{os.getpid()}.sock")
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+            if not private_folder(folder):
+                listener.close()
+                return False
+            with contextlib.suppress(FileNotFoundError):  # left by a killed process of this pid
+                os.unlink(tmp)
+            with _short(tmp) as short:
+                listener.bind(short)
+            listener.listen(16)
+            os.replace(tmp, self._path)
+        except OSError:  # (no room for the socket, a folder taken away)
             with contextlib.suppress(OSError):
-                os.unlink(name)
-        listener.close()
+                os.unlink(tmp)
+            listener.close()
+            return False
+        self._listener = listener
+        return True
+
+    def fileno(self) -> int:
+        """The listening socket, readable when a job is offered (-1 when not open)."""
+        return self._listener.fileno() if self._listener is not None else -1
+
+    def take(self, stopped: Callable[[], bool]) -> str | None:
+        """The job offered now, taken; None when there is none or it is declined."""
+        if self._listener is None:
+            return None
+        try:
+            self._listener.settimeout(0)
+            conn, _ = self._listener.accept()
+        except OSError:  # (the offering side gave up already)
+            return None
+        with conn:
+            return _take(conn, stopped)
+
+    def leave(self) -> None:
+        """Close this process's descriptor only: the socket, under its name, is a forked
+        process's now."""
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+
+    def close(self) -> None:
+        """Take no more jobs: whoever offers one from now on starts a process of its own."""
+        if self._listener is None:
+            return
+        with contextlib.suppress(OSError):
+            os.unlink(self._path)
+        self._listener.close()
+        self._listener = None
 
 
 def _take(conn: socket.socket, stopped: Callable[[], bool]) -> str | None:

@@ -96,7 +96,12 @@ def spawn_supervisor(job: Job) -> None:
     """Start a detached supervisor for an admitted job (the standby one, if waiting)."""
     global _standby
     from ferry.handoff import hand
+    from ferry.watcher import follow, follows
 
+    if follows(job):  # its attempts run elsewhere: a watcher follows it with others
+        release_standby()
+        follow(job)
+        return
     if hand(job.id):  # a supervisor whose job just ended takes it
         release_standby()
         return
@@ -116,9 +121,15 @@ def spawn_supervisor(job: Job) -> None:
         prepare_launch()  # once here, rather than in each supervisor forked from here
         _fork_supervisor(job.id, log_path)
         return
+    execute("ferry.supervisor", job.id, log_path)
+
+
+def execute(module: str, job_id: str, log_path: Path) -> None:
+    """Start ``python -m MODULE JOB_ID`` in a session of its own, writing to ``log_path``
+    (from a threaded process, where forking is unsafe)."""
     with open(log_path, "ab") as log:
         subprocess.Popen(
-            [sys.executable, "-m", "ferry.supervisor", job.id],
+            [sys.executable, "-m", module, job_id],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,
@@ -203,14 +214,20 @@ def _quiet_descriptors(keep: int = -1) -> None:
     close_fds_except(keep)
 
 
-def _supervise_forked(job_id: str, log_path: Path) -> int:
-    """In a forked supervisor: write to the job's supervisor log, run the job."""
+def write_to(log_path: Path) -> None:
+    """This process's output (descriptors 1 and 2, ``sys.stdout`` and ``sys.stderr``) to
+    the end of ``log_path``."""
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.close(log)
     sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
     sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+
+
+def _supervise_forked(job_id: str, log_path: Path) -> int:
+    """In a forked supervisor: write to the job's supervisor log, run the job."""
+    write_to(log_path)
     try:
         return run(job_id)
     except BaseException:
@@ -286,17 +303,24 @@ def _install_signals() -> Control:
 def _record_crash(job_id: str, exc: Exception) -> None:
     print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} supervisor failed:", file=sys.stderr)
     traceback.print_exc()
-    from ferry.controller.jobs import _finish_job
-    from ferry.errors import TransitionError
     from ferry.procs import kill_descendants
-    from ferry.status import AttemptStatus, JobStatus
-    from ferry.store import open_store
 
     with contextlib.suppress(Exception):  # the attempt under way, and its runner
         from ferry.backends.local import end_runner
 
         end_runner()
     kill_descendants()
+    end_crashed(job_id, exc)
+
+
+def end_crashed(job_id: str, exc: Exception) -> None:
+    """End a job whose supervision failed with ``exc``: its attempts failed (one elsewhere
+    stopped there), the job FAILED pointing at its supervisor log."""
+    from ferry.controller.jobs import _finish_job
+    from ferry.errors import TransitionError
+    from ferry.status import AttemptStatus, JobStatus
+    from ferry.store import open_store
+
     try:
         store = open_store()
         job = store.get_job(job_id)

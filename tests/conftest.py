@@ -110,7 +110,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Under ``--dist loadgroup``, pytest-xdist keeps an ``xdist_group``'s tests on one
     worker by suffixing their ids with ``@group``; a pytest it cannot do that on would
     spread them silently (two Ray heads fighting for one port), so that stops the run."""
-    if not session.config.getvalue("loadgroup"):
+    if not getattr(session.config.option, "loadgroup", False):  # (a worker's; not the main)
         return
     for item in session.items:
         if item.get_closest_marker("xdist_group") and "@" not in item.nodeid:

@@ -26,6 +26,7 @@ import shlex
 import signal
 import sys
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,11 @@ from ferry.store.records import Job
 from ferry.units import format_duration, format_size
 
 DEFAULT_MAX_PENDING = 600.0  # s an attempt may wait for the cluster to place it
-_POLL_EVERY = 0.5  # s between looks at the Jobs API and the run folder
+_POLL_EVERY = 0.5  # s between looks at the Jobs API and the run folder ...
+# ... at least; a process following many attempts (a watcher) looks at each less often,
+# so that it asks the cluster (and the bucket) about 1 / _POLL_SHARE times a second in all
+_POLL_SHARE = 0.025
+_following: weakref.WeakSet[RayRun] = weakref.WeakSet()  # the attempts followed here, running
 # s Ray waits after the runner's grace before it SIGKILLs the runner: its last upload of
 # checkpoints and outputs happens in this time
 _UPLOAD_ALLOWANCE = 600
@@ -118,6 +123,7 @@ class RayRun(RunningAttempt):
         limits = job.spec.get("limits") or {}
         self._max_pending = float(limits.get("max_pending") or DEFAULT_MAX_PENDING)
         self._asks = asks
+        _following.add(self)
 
     @classmethod
     def submit(cls, request: LaunchRequest, where: Cluster, submission_id: str) -> RayRun:
@@ -197,7 +203,7 @@ class RayRun(RunningAttempt):
         now = time.monotonic()
         if now < self._next_look:
             return None
-        self._next_look = now + _POLL_EVERY
+        self._next_look = now + max(_POLL_EVERY, len(_following) * _POLL_SHARE)
         try:
             self._mirror()
             info = self.jobs.job(self.submission_id)
@@ -209,6 +215,7 @@ class RayRun(RunningAttempt):
                     f"the Ray cluster at {self.dashboard} did not answer for "
                     f"{format_duration(now - self._answered)} ({exc.message})",
                 )
+                _following.discard(self)
             return self._exit
         self._answered = now
         if info is None:
@@ -228,6 +235,8 @@ class RayRun(RunningAttempt):
                 self._exit = Exit(Exit.PROVIDER_FAILED, None, self._unplaced())
         elif info.status in ray_jobs.TERMINAL:
             self._exit = self._ended(info)
+        if self._exit is not None:
+            _following.discard(self)
         return self._exit
 
     def _ended(self, info: ray_jobs.RayJob) -> Exit:

@@ -51,11 +51,15 @@ if TYPE_CHECKING:
 
 @dataclass
 class Control:
-    """Flags set by the supervisor's signal handlers."""
+    """Flags set by the supervisor's signal handlers (a watcher's, for each job it
+    follows), and how this job's supervision paces itself."""
 
     wake_read: int  # becomes readable when a signal arrives (signal.set_wakeup_fd)
     woken: bool = False  # SIGUSR1 arrived: look at the store now (cancel)
     terminated: int = 0  # the signal that asked the supervisor itself to stop
+    beat: bool = True  # write the job's heartbeat (False: a watcher beats for all its jobs)
+    # between looks at the store for what SIGUSR1 does not announce (a job declared lost)
+    control_poll: float = defaults.CONTROL_POLL
 
 
 def _launch_env(job: Job) -> dict[str, str]:
@@ -133,8 +137,9 @@ def _collect_trackers() -> None:
 
     for proc in list(_trackers):
         if proc.poll() is not None:
-            unspare(proc.pid)
-            _trackers.remove(proc)
+            with contextlib.suppress(ValueError):  # (another job's thread, in a watcher)
+                _trackers.remove(proc)
+                unspare(proc.pid)
 
 
 def _start_tracker(store: Store, job: Job, launch_env: dict[str, str]) -> None:
@@ -356,6 +361,8 @@ def _run_attempts(
         if here:  # (a runner elsewhere did these itself)
             _after_here(store, job_id, state, sync, hypertune)
         if outcome == "abandoned":
+            if not here and store.get_job(job_id).status.is_active():
+                return False  # another supervisor follows it now: it runs on
             _abandon(store, job_id, attempt.number, running)
             return False
         if outcome == "detached":  # a shutdown here: the attempt elsewhere runs on
@@ -921,7 +928,7 @@ def _watch(
                     store.add_event(job.id, message)
                 return (stopping or "exited"), ended
             now_wall = time.time()
-            waits = [defaults.HEARTBEAT_INTERVAL, defaults.CONTROL_POLL]
+            waits = [defaults.HEARTBEAT_INTERVAL, control.control_poll]
             if ends is None:
                 waits.append(_POLL_REMOTE)
             if deadline and not stopping:
@@ -954,7 +961,8 @@ def _watch(
             for failure in live.failures() if live is not None else []:
                 store.add_event(job.id, failure)
             if mono - last_beat >= defaults.HEARTBEAT_INTERVAL:
-                store.update_job(job.id, heartbeat_at=time.time())
+                if control.beat:
+                    store.update_job(job.id, heartbeat_at=time.time())
                 last_beat = mono
                 for message in running.events():
                     store.add_event(job.id, message)
@@ -983,7 +991,7 @@ def _watch(
                         stopping = "monthly"
                 elif preempt_at is not None and mono >= preempt_at:
                     stopping, observer.preempted_by = "preempted", "simulate.preempt_every"
-                elif mono - last_control >= defaults.CONTROL_POLL or _woken(control):
+                elif mono - last_control >= control.control_poll or _woken(control):
                     last_control = mono
                     now_job = store.get_job(job.id)
                     status = now_job.status

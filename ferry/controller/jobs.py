@@ -22,6 +22,8 @@ from ferry.store.base import IdTaken
 from ferry.units import expand_home
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ferry.spec import JobSpec
 
 _S = JobStatus
@@ -205,22 +207,31 @@ def _store_job(
 # Admission
 
 
-def schedule(store: Store, backend_name: str = "local", *, adopt: bool = False) -> list[Job]:
+def schedule(
+    store: Store,
+    backend_name: str = "local",
+    *,
+    adopt: bool = False,
+    keep: Callable[[Job], bool] | None = None,
+) -> list[Job]:
     """Admit the queued jobs that fit now and start a supervisor for each.
 
     With ``adopt`` (a supervisor whose job just ended), the first admitted job is left for
-    the caller to supervise itself, which saves starting a process per job.
+    the caller to supervise itself, which saves starting a process per job; with ``keep``
+    (a watcher), so is every admitted job it says yes to.
     """
     from ferry.backends.registry import get_backend
 
     backend = get_backend(backend_name)
     admitted = store.admit(backend.admit, backend_name)
-    for job in admitted[1:] if adopt else admitted:
+    for index, job in enumerate(admitted):
+        if (adopt and index == 0) or (keep is not None and keep(job)):
+            continue
         try:
             from ferry.supervisor import spawn_supervisor
 
             spawn_supervisor(job)
-        except OSError as exc:
+        except Exception as exc:  # (that job fails; the others still start)
             _finish_job(store, job.id, _S.FAILED, f"could not start its supervisor: {exc}")
     return admitted
 

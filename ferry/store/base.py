@@ -112,6 +112,11 @@ class Store(abc.ABC):
         """Set non-status fields (heartbeat, supervisor pid)."""
 
     @abc.abstractmethod
+    def beat(self, job_ids: Sequence[str], pid: int, host: str, when: float) -> None:
+        """Set the heartbeat of those of ``job_ids`` that the supervisor ``pid`` on
+        ``host`` still has (a watcher beats for every job it follows at once)."""
+
+    @abc.abstractmethod
     def admit(self, decide: AdmitFn, backend: str) -> list[Job]:
         """Move the jobs ``decide`` picks to STARTING, atomically: no other process changes
         the jobs between the decision and the move (a store may decide without the write

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import threading
 import time
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
@@ -160,6 +161,8 @@ class SQLiteStore(Store):
         self.path = Path(path)
         self._pid = os.getpid()
         self._db: sqlite3.Connection | None = None
+        # one connection, one transaction at a time: the threads of a watcher share it
+        self._lock = threading.RLock()
         try:
             self._migrate()
         except sqlite3.DatabaseError as exc:
@@ -182,7 +185,8 @@ class SQLiteStore(Store):
         return db
 
     def _migrate(self) -> None:
-        version = self._conn().execute("PRAGMA user_version").fetchone()[0]
+        with self._lock:
+            version = self._conn().execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
             raise StoreError(
                 f"the job store {self.path} was written by a newer Ferry "
@@ -202,6 +206,10 @@ class SQLiteStore(Store):
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            yield from self._written()
+
+    def _written(self) -> Iterator[sqlite3.Connection]:
         try:
             db = self._conn()
             db.execute("BEGIN IMMEDIATE")
@@ -261,13 +269,15 @@ class SQLiteStore(Store):
 
     def release(self) -> None:
         """Close the connection; the next call opens a new one."""
-        if self._db is not None and self._pid == os.getpid():
-            self._db.close()
-        self._db = None
+        with self._lock:
+            if self._db is not None and self._pid == os.getpid():
+                self._db.close()
+            self._db = None
 
     def _read(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
         try:
-            return self._conn().execute(sql, tuple(params)).fetchall()
+            with self._lock:
+                return self._conn().execute(sql, tuple(params)).fetchall()
         except sqlite3.DatabaseError as exc:
             raise self._failure(exc) from None
 
@@ -407,7 +417,22 @@ class SQLiteStore(Store):
                 [*(_encode(k, v) for k, v in fields.items()), job_id],
             )
 
+    def beat(self, job_ids: Sequence[str], pid: int, host: str, when: float) -> None:
+        if not job_ids:
+            return
+        with self._write() as db:
+            db.executemany(
+                "UPDATE jobs SET heartbeat_at = ? WHERE id = ? AND supervisor_pid = ?"
+                " AND supervisor_host = ?",
+                [(when, job_id, pid, host) for job_id in job_ids],
+            )
+
     def admit(self, decide: AdmitFn, backend: str) -> list[Job]:
+        with self._lock:
+            chosen = self._admit_pass(decide, backend)
+        return [self.get_job(job_id) for job_id, _ in chosen]
+
+    def _admit_pass(self, decide: AdmitFn, backend: str) -> list[tuple[str, Allocation]]:
         # Most passes admit nothing (the machine is full): decide under a plain read
         # transaction, and take the write lock only when there is something to write.
         try:
@@ -432,7 +457,7 @@ class SQLiteStore(Store):
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
-        return [self.get_job(job_id) for job_id, _ in chosen]
+        return chosen
 
     @staticmethod
     def _decide(

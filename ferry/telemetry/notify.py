@@ -333,6 +333,18 @@ class Notifier:
 _detached: list[Notifier] = []
 
 
+def finish_done() -> list[tuple[str, str]]:
+    """(job id, outcome) of what the detached notifiers that have finished did; those are
+    dropped (a long-lived process, the watcher, records them as it goes)."""
+    out: list[tuple[str, str]] = []
+    for notifier in list(_detached):
+        if notifier._thread is None or not notifier._thread.is_alive():
+            with contextlib.suppress(ValueError):  # (taken by another caller)
+                _detached.remove(notifier)
+            out += [(notifier.job.id, outcome) for outcome in notifier.outcomes()]
+    return out
+
+
 def finish_all(timeout: float) -> list[tuple[str, str]]:
     """Wait, ``timeout`` seconds at most in all, for detached notifiers to finish; returns
     (job id, outcome) of what they did."""

@@ -316,6 +316,53 @@ def test_a_lost_supervisor_is_followed_again_and_the_ray_job_runs_on(
     assert "following attempt 1 again" in events, events
 
 
+def test_jobs_elsewhere_share_one_watcher_which_a_new_one_replaces(
+    ray_project: Path, ray_head: str
+) -> None:
+    import psutil
+
+    from ferry.store import open_store
+
+    jobs = [
+        submit("--backend", "ray", "--", "python", "train.py", "long", cwd=ray_project)
+        for _ in range(2)
+    ]
+    for job_id in jobs:
+        _started(job_id)
+    store = open_store()
+
+    def watchers() -> set[int | None]:
+        return {store.get_job(job_id).supervisor_pid for job_id in jobs}
+
+    (watcher,) = watchers()  # one process follows both
+    assert watcher is not None and Path(f"/proc/{watcher}/comm").read_text() == "ferry-supervise\n"
+    assert "ferry.watcher" not in " ".join(psutil.Process(watcher).cmdline())  # (forked)
+    os.kill(watcher, signal.SIGKILL)
+    # the next command finds both jobs lost and hands both to one new watcher
+    wait_for(
+        lambda: (
+            ferry("jobs").returncode == 0 and None not in (now := watchers()) and watcher not in now
+        ),
+        30,
+        "a new watcher",
+        every=0.5,
+    )
+    (again,) = watchers()
+    for job_id in jobs:
+        status = wait_status(job_id, "SUCCEEDED", timeout=120)
+        assert [a["status"] for a in status["attempts"]] == ["SUCCEEDED"]  # followed, not rerun
+        assert _logs(job_id).count("starting at 0") == 1
+    # with nothing left to follow it ends (after local.linger)
+
+    def ended() -> bool:
+        try:
+            return psutil.Process(again).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    wait_for(ended, 30, "the watcher to end", every=0.5)
+
+
 def test_an_attempt_no_node_can_take_ends_after_max_pending(ray_project: Path) -> None:
     job_id = _submit_spec(
         ray_project,

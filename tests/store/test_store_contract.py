@@ -183,6 +183,19 @@ class TestStoreContract:
         now_cost = [s.cost for s in store.spending(start - 1) if s.attempt == running.number]
         assert now_cost and 0 <= now_cost[0] < 60  # a running attempt, up to now
 
+    def test_a_beat_reaches_only_the_jobs_the_supervisor_still_has(self, store: Store) -> None:
+        mine, moved = new_job(store, "a-0001"), new_job(store, "b-0001")
+        elsewhere = new_job(store, "c-0001")
+        store.update_job(mine, supervisor_pid=41, supervisor_host="here")
+        # claimed by another supervisor meanwhile; one of the same pid on another host
+        store.update_job(moved, supervisor_pid=42, supervisor_host="here")
+        store.update_job(elsewhere, supervisor_pid=41, supervisor_host="there")
+        store.beat([mine, moved, elsewhere], 41, "here", 1234.5)
+        assert store.get_job(mine).heartbeat_at == 1234.5
+        assert store.get_job(moved).heartbeat_at != 1234.5
+        assert store.get_job(elsewhere).heartbeat_at != 1234.5
+        store.beat([], 41, "here", 1.0)  # (nothing to do)
+
     def test_notes(self, store: Store) -> None:
         job_id = new_job(store)
         store.add_event(job_id, "hello")
@@ -214,6 +227,36 @@ def test_concurrent_guarded_transitions_have_one_winner(tmp_path: Path) -> None:
     won = [wins.get(timeout=5) for _ in range(60)]
     assert sorted(won) == ids  # every job moved exactly once
     assert all(store.get_job(i).status is S.STARTING for i in ids)
+
+
+def test_threads_sharing_a_store_each_get_whole_transactions(tmp_path: Path) -> None:
+    """A watcher's threads share one store (one connection): their transactions never
+    interleave, and each guarded transition has one winner."""
+    import threading
+
+    store = SQLiteStore(tmp_path / "ferry.db")
+    ids = [new_job(store, f"job-{i:03d}") for i in range(40)]
+    wins: list[str] = []
+    failures: list[BaseException] = []
+
+    def race() -> None:
+        try:
+            for job_id in ids:
+                with contextlib.suppress(TransitionError):
+                    store.transition(job_id, S.STARTING, expected={S.QUEUED})
+                    wins.append(job_id)
+                store.add_event(job_id, "looked")
+        except BaseException as exc:  # (e.g. "cannot start a transaction within a transaction")
+            failures.append(exc)
+
+    threads = [threading.Thread(target=race) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not failures, failures
+    assert sorted(wins) == ids
+    assert all(len([e for e in store.events(i) if e.kind == "note"]) == 6 for i in ids)
 
 
 def test_store_is_wal_and_private(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
