@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -288,6 +288,36 @@ def failure_reasons(records: Iterable[Any], limit: int = 3) -> list[str]:
     """A few distinct reasons of jobs that did not succeed."""
     reasons = {f"{r.status.value}: {r.reason}" for r in records if r.status.value != "SUCCEEDED"}
     return sorted(reasons)[:limit]
+
+
+def interleaved(
+    names: Sequence[str], runs: int, measure: Callable[[str], float]
+) -> dict[str, list[float]]:
+    """``runs`` rounds of ``measure(name)`` for every name, rotating which goes first, so
+    that the machine's noise and any warm-up hit them alike."""
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    order = list(names)
+    for i in range(runs):
+        shift = i % len(order)
+        for name in order[shift:] + order[:shift]:
+            samples[name].append(measure(name))
+    return samples
+
+
+def skipped(bench: str, metric: str, unit: str, budget: float, rule: str, why: str) -> None:
+    """Emit the result of a benchmark that cannot run here (``ok`` true, ``skipped`` why)."""
+    emit(
+        {
+            "bench": bench,
+            "metric": metric,
+            "value": None,
+            "unit": unit,
+            "budget": budget,
+            "rule": rule,
+            "ok": True,
+            "skipped": why,
+        }
+    )
 
 
 def emit(result: dict[str, Any]) -> None:

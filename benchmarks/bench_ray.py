@@ -17,7 +17,7 @@ import os
 import statistics
 import sys
 
-from _common import BIN_DIR, FERRY_EXE, emit, log, sandbox, summary, timed_run
+from _common import BIN_DIR, FERRY_EXE, emit, interleaved, log, sandbox, skipped, summary, timed_run
 
 BUDGET_RATIO = 1.1
 # Ray's Python client, submitting and polling every 50 ms until the job ends (a tighter
@@ -36,18 +36,8 @@ RUNS = 9
 
 def main() -> int:
     if importlib.util.find_spec("ray") is None:
-        emit(
-            {
-                "bench": "ray",
-                "metric": "ratio",
-                "value": None,
-                "unit": "x",
-                "budget": BUDGET_RATIO,
-                "rule": "<=",
-                "ok": True,
-                "skipped": "Ray is not installed (pip install 'ferry[ray]')",
-            }
-        )
+        why = "Ray is not installed (pip install 'ferry[ray]')"
+        skipped("ray", "ratio", "x", BUDGET_RATIO, "<=", why)
         return 0
     with sandbox():
         from ferry.backends.ray_cluster import LocalHead
@@ -66,11 +56,9 @@ def main() -> int:
             for _ in range(WARMUPS):
                 for argv in cases.values():
                     timed_run(argv, env=env)
-            samples: dict[str, list[float]] = {name: [] for name in cases}
-            names = list(cases)
-            for i in range(RUNS):
-                for name in names[i % len(names) :] + names[: i % len(names)]:
-                    samples[name].append(timed_run(cases[name], env=env)[0])
+            samples = interleaved(
+                list(cases), RUNS, lambda name: timed_run(cases[name], env=env)[0]
+            )
         finally:
             head.stop()
         log(", ".join(f"{n} {statistics.median(v):.3f}s" for n, v in samples.items()))

@@ -184,3 +184,44 @@ def read_terminal_until(fd: int, text: bytes, seen: bytes = b"", timeout: float 
             except OSError:
                 break
     return seen
+
+
+def wait_status_slowly(job_id: str, *statuses: str, timeout: float = 30) -> dict[str, Any]:
+    """Wait until the job is in one of ``statuses``, asking every half second (each ask is
+    a process: a cluster under test needs the cores); a timeout says where the job was."""
+    return wait_for(  # type: ignore[no-any-return]
+        lambda: (s := job_status(job_id))["status"] in statuses and s,
+        timeout,
+        f"{job_id} to be {'/'.join(statuses)}",
+        every=0.5,
+        explain=lambda: explain_job(job_id),
+    )
+
+
+def until_logged(job_id: str, text: str, timeout: float, what: str) -> None:
+    """Wait until the job's log has ``text``, asking every half second; fail at once if
+    the job ended first."""
+
+    def logged() -> bool:
+        if text in job_logs(job_id):
+            return True
+        ended = job_status(job_id)["status"] in ("SUCCEEDED", "FAILED", "CANCELLED")
+        assert not ended, explain_job(job_id)
+        return False
+
+    wait_for(logged, timeout, what, every=0.5, explain=lambda: explain_job(job_id))
+
+
+def explain_job(job_id: str) -> str:
+    """The job's status, reason, events and log tail: what a timed-out wait says."""
+    status = job_status(job_id)
+    events = "; ".join(e["message"] for e in status["events"])
+    tail = job_logs(job_id)[-1500:]
+    return f"{status['status']} ({status.get('reason')}); events: {events}; log: {tail}"
+
+
+def job_logs(job_id: str, *args: str) -> str:
+    """`ferry logs JOB ...`."""
+    result = ferry("logs", job_id, *args)
+    assert result.returncode == 0, result.stderr
+    return result.stdout

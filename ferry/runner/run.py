@@ -161,10 +161,14 @@ def rank_envs(order: RunOrder) -> list[tuple[int, dict[str, str]]]:
         order.master_port or free_port(),
         tuple(order.gpus),
     )
-    return [
+    envs = [
         (gang.rank(local), {**order.env, **gang.env(local)})
         for local in range(order.procs_per_node)
     ]
+    if order.procs_per_node > 1:  # as torchrun: processes sharing a node, one thread each
+        for _, env in envs:  # (unless the job says how many)
+            env.setdefault("OMP_NUM_THREADS", "1")
+    return envs
 
 
 def _log_writer(order: RunOrder, record: RunFolderWriter) -> tuple[Callable[[bytes], None], int]:

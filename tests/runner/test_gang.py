@@ -39,6 +39,19 @@ def test_ranks_cover_the_gang_once_and_each_process_gets_its_own_gpus() -> None:
     assert [cpu_only.env(i)["CUDA_VISIBLE_DEVICES"] for i in range(3)] == ["", "", ""]
 
 
+def test_processes_sharing_a_node_get_one_thread_each_unless_the_job_says() -> None:
+    from ferry.runner.order import RunOrder
+    from ferry.runner.run import rank_envs
+
+    def threads(procs: int, env: dict[str, str]) -> list[str | None]:
+        order = RunOrder(1, ["python", "t.py"], ".", env, 5.0, procs_per_node=procs)
+        return [rank_env.get("OMP_NUM_THREADS") for _, rank_env in rank_envs(order)]
+
+    assert threads(2, {}) == ["1", "1"]  # as torchrun
+    assert threads(2, {"OMP_NUM_THREADS": "4"}) == ["4", "4"]
+    assert threads(1, {}) == [None]  # one process: as the job gives it
+
+
 @pytest.mark.parametrize(
     ("kwargs", "says"),
     [

@@ -1,0 +1,110 @@
+"""Steps per second of a 2-rank gloo DDP job under Ferry against the same script under
+``torchrun`` directly.
+
+Budget (issue: the portable runner): at least 95 % of torchrun's rate, median against
+median. The script (below) trains a small MLP with DistributedDataParallel on the CPU,
+reports its loss through ``runtime.report`` every step as a real script would (outside
+Ferry that call does nothing), and rank 0 prints its own rate over the steps after a
+warm-up, between two barriers: the rate excludes starting Python and torch, which both
+pay alike. Ferry runs it with ``resources: {procs_per_node: 2}`` (its runner starts the two
+ranks with the variables torchrun sets, ``OMP_NUM_THREADS=1`` included); torchrun with
+``--standalone --nproc_per_node 2``. The runs alternate, rotating which goes first, after
+a warm-up round of each. Skipped (``ok`` true, ``skipped`` set) without torch.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import statistics
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from _common import BIN_DIR, FERRY_EXE, child_env, emit, interleaved, log, sandbox, skipped
+
+BUDGET = 0.95
+RUNS = 5
+SCRIPT = textwrap.dedent(
+    """
+    import time
+    import torch, torch.distributed as dist
+    from torch import nn
+    from ferry import runtime
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                          nn.Linear(512, 10))
+    ddp = nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    x, y = torch.randn(256, 256), torch.randint(0, 10, (256,))
+    WARM, STEPS = 30, 330
+    for step in range(STEPS):
+        if step == WARM:
+            dist.barrier()
+            started = time.perf_counter()
+        loss = nn.functional.cross_entropy(ddp(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        runtime.report(loss=loss.item(), step=step)
+    dist.barrier()
+    if dist.get_rank() == 0:
+        print(f"steps_per_s={(STEPS - WARM) / (time.perf_counter() - started):.3f}", flush=True)
+    dist.destroy_process_group()
+    """
+)
+JOB = "command: python train.py\nresources: {procs_per_node: 2, cpus: 2}\n"
+RATE = re.compile(r"steps_per_s=([0-9.]+)")
+
+
+def rate(argv: list[str], code: Path) -> float:
+    """The steps per second rank 0 printed when running ``argv`` in ``code``."""
+    proc = subprocess.run(
+        argv, cwd=code, env=child_env(), stdin=subprocess.DEVNULL, capture_output=True, text=True
+    )
+    found = RATE.search(proc.stdout)
+    if proc.returncode != 0 or found is None:
+        raise RuntimeError(
+            f"{' '.join(argv)} exited {proc.returncode}: {(proc.stdout + proc.stderr)[-1500:]}"
+        )
+    return float(found.group(1))
+
+
+def main() -> int:
+    if importlib.util.find_spec("torch") is None:
+        skipped("ddp", "ratio", "x", BUDGET, ">=", "torch is not installed")
+        return 0
+    with sandbox() as code:
+        (code / "train.py").write_text(SCRIPT)
+        (code / "job.yaml").write_text(JOB)
+        torchrun = os.path.join(BIN_DIR, "torchrun")
+        cases = {
+            "torchrun": [torchrun, "--standalone", "--nproc_per_node", "2", "train.py"],
+            "ferry": [FERRY_EXE, "run", "job.yaml"],
+        }
+        for argv in cases.values():  # warm-up: caches, bytecode, the launcher
+            rate(argv, code)
+        samples = interleaved(list(cases), RUNS, lambda name: rate(cases[name], code))
+        log(", ".join(f"{n} {statistics.median(v):.1f} steps/s" for n, v in samples.items()))
+    ratio = statistics.median(samples["ferry"]) / statistics.median(samples["torchrun"])
+    emit(
+        {
+            "bench": "ddp",
+            "metric": "ratio",
+            "value": round(ratio, 3),
+            "unit": "x",
+            "budget": BUDGET,
+            "rule": ">=",
+            "ok": ratio >= BUDGET,
+            "ferry_steps_per_s": sorted(samples["ferry"]),
+            "baseline_torchrun_steps_per_s": sorted(samples["torchrun"]),
+        }
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

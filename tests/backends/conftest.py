@@ -1,0 +1,81 @@
+"""What the backends' tests share: the job script they run, and the test session's Ray
+head."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conftest import ferry
+
+# The job the backends' tests run: `train.py [ok|long|exitN]`. It prints what it was given
+# (variables, hyperparameters, its input), reports a loss each step, keeps its step in
+# step.txt, answers the notice (SIGTERM) with "notice at N" and exit 143, and writes its
+# model (rank 0) at the end.
+SCRIPT = textwrap.dedent(
+    """
+    import json, os, signal, sys, time
+    from pathlib import Path
+    from ferry import runtime
+    mode = sys.argv[1] if len(sys.argv) > 1 else "ok"
+    keys = ("FERRY_JOB_ID", "FERRY_ATTEMPT", "FERRY_MODEL_DIR", "SM_MODEL_DIR", "TOKEN",
+            "RANK", "WORLD_SIZE", "CUDA_VISIBLE_DEVICES")
+    print(json.dumps({k: os.environ.get(k) for k in keys}), flush=True)
+    print("hyperparameters", json.dumps(runtime.hparams()), flush=True)
+    if mode.startswith("exit"):
+        print("about to fail", file=sys.stderr, flush=True)
+        sys.exit(int(mode[4:]))
+    data = os.environ.get("FERRY_INPUT_DATA")
+    if data:
+        print("input says", Path(data, "numbers.txt").read_text().strip(), flush=True)
+    start = int(Path("step.txt").read_text()) if Path("step.txt").exists() else 0
+    print("starting at", start, flush=True)
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+    steps = 50 if mode == "long" else 3
+    for step in range(start, steps):
+        if stop:
+            print("notice at", step, flush=True)
+            sys.exit(143)
+        runtime.report(loss=1.0 / (step + 1), step=step)
+        Path("step.tmp").write_text(str(step + 1))
+        os.replace("step.tmp", "step.txt")  # whole whenever it is taken
+        time.sleep(0.2 if mode == "long" else 0.05)
+    if os.environ.get("RANK", "0") == "0":
+        Path(os.environ["FERRY_MODEL_DIR"], "model.txt").write_text("weights")
+    print("done", flush=True)
+    """
+)
+
+
+@pytest.fixture(scope="session")
+def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Ray head on this machine, started as Ferry starts one (``ray.address`` unset):
+    127.0.0.1, two declared T4 GPUs."""
+    from ferry.backends.ray_cluster import LocalHead
+
+    home = tmp_path_factory.mktemp("ray-home")
+    env = {**os.environ, "FERRY_HOME": str(home)}
+    for key, value in (("local.gpus", "2"), ("local.gpu_type", "T4"), ("ray.idle", "0")):
+        assert ferry("config", "set", key, value, env=env).returncode == 0
+    before = os.environ.get("FERRY_HOME")
+    os.environ["FERRY_HOME"] = str(home)
+    try:
+        url = LocalHead().ensure()
+    finally:
+        if before is None:
+            del os.environ["FERRY_HOME"]
+        else:
+            os.environ["FERRY_HOME"] = before
+    yield url
+    os.environ["FERRY_HOME"] = str(home)
+    try:
+        LocalHead().stop()
+    finally:
+        if before is None:
+            del os.environ["FERRY_HOME"]
+        else:
+            os.environ["FERRY_HOME"] = before
