@@ -6,6 +6,7 @@ job, and an attempt that no node can take."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -496,3 +497,86 @@ def test_a_node_lost_under_the_gang_is_a_preemption(gang_project: Path, ray_node
     assert "node 0 of the gang was lost" in first["reason"], first["reason"]
     resumed = _logs(job_id, "--attempt", str(len(status["attempts"])))
     assert "starting at 0" not in resumed, resumed  # from rank 0's saved step
+
+
+@contextlib.contextmanager
+def _relay(host: str, target: int) -> Iterator[int]:
+    """Forward connections to a free port of ``host`` to 127.0.0.1:``target`` (a head
+    this machine reaches as it would reach one on another machine); yields the port."""
+    import socket
+    import threading
+
+    listener = socket.create_server((host, 0))
+    stopping = threading.Event()
+
+    def pipe(a: socket.socket, b: socket.socket) -> None:
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for end in (a, b):
+                with contextlib.suppress(OSError):
+                    end.shutdown(socket.SHUT_RDWR)
+
+    def serve() -> None:
+        while not stopping.is_set():
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", target))
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=pipe, args=(a, b), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield listener.getsockname()[1]
+    stopping.set()
+    listener.close()
+
+
+def test_a_cluster_elsewhere_is_followed_through_the_bucket(
+    home: Path,
+    project: Path,
+    ray_head: str,
+    tmp_path: Path,
+    s3_endpoint: str,  # noqa: F811 - the fixture imported above
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A head reached at this machine's network address counts as one elsewhere: the order
+    and the runner's record travel through the outputs' bucket, not a folder here."""
+    import socket
+
+    address = socket.gethostbyname(socket.gethostname())
+    if address.startswith("127."):
+        address = next((a for a in os.popen("hostname -I").read().split() if "." in a), "127.0.0.1")
+    if address.startswith("127."):
+        pytest.skip("this machine has no address but loopback")
+    s3, bucket = _s3_bucket(s3_endpoint, monkeypatch)
+    # what a user of a cluster elsewhere sets: its interpreter, and what the node needs
+    assert ferry("config", "set", "ray.python", sys.executable).returncode == 0
+    (project / "train.py").write_text(SCRIPT)
+    spec = (
+        f"command: [python, train.py, long]\noutputs: s3://{bucket}/runs/{{job_id}}\n"
+        "checkpoint: {paths: [step.txt]}\nlimits: {stop_grace: 10s}\n"
+        f"env: {{AWS_ENDPOINT_URL: '{s3_endpoint}', FERRY_HOME: '{tmp_path / 'node'}'}}\n"
+        "secrets: [AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY]\n"
+    )
+    with _relay(address, int(ray_head.rsplit(":", 1)[1])) as port:
+        monkeypatch.setenv("RAY_ADDRESS", f"http://{address}:{port}")
+        job_id = _submit_spec(project, spec)
+        _started(job_id)
+        assert ferry("preempt", job_id).returncode == 0
+        status = wait_status(job_id, "SUCCEEDED", timeout=150)
+    assert [a["status"] for a in status["attempts"]] == ["PREEMPTED", "SUCCEEDED"]
+    assert "notice at" in _logs(job_id, "--attempt", "1")
+    assert "starting at 0" not in _logs(job_id, "--attempt", "2")  # from the bucket's step
+    assert any(m["name"] == "loss" for m in ferry_json("metrics", job_id))
+    # the runs' records are in the bucket, none in the job's folder here
+    s3.invalidate_cache()
+    for attempt in status["attempts"]:
+        submission = attempt["handle"].partition("@")[0]
+        assert s3.exists(f"{bucket}/.ferry/runs/{submission}/state.json"), submission
+    assert not (Path(status["attempts"][0]["log_path"]).parent / "runs").exists()
+    assert s3.cat(f"{bucket}/runs/{job_id}/model/model.txt") == b"weights"
