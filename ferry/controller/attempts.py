@@ -16,12 +16,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ferry import config, defaults
+from ferry.backends.base import RunningAttempt
 from ferry.contract.env import env_key
 from ferry.controller.budget import CostCap, attempts_so_far_cost
 from ferry.controller.jobs import (
     _S,
     _finish_job,
-    _lost_attempt,
+    _kill_orphans,
+    followable,
     submitted_env,
     take_preempt_request,
 )
@@ -42,7 +44,7 @@ from ferry.store import Attempt, Job, Store, open_store
 from ferry.units import format_duration
 
 if TYPE_CHECKING:
-    from ferry.backends.base import Exit, RunningAttempt
+    from ferry.backends.base import Exit
     from ferry.contract.env import JobDirs
     from ferry.storage.outputs import OutputSync
     from ferry.storage.workdir import WorkdirState
@@ -276,7 +278,8 @@ def _run_attempts(
             argv = command_argv(spec)
             failure_file = hypertune = Path(job.job_dir) / "hypertune" / "none"
             machine = _machine(job)
-        take_preempt_request(job)  # one left from the last attempt is not for this one
+        if not following:  # one left from the last attempt is not for this one
+            take_preempt_request(job)
         observer = Observer(
             store,
             job,
@@ -292,15 +295,19 @@ def _run_attempts(
             running_again = backend.reattach(
                 job, attempt.number, attempt.handle, attempt.log_path, str(metrics_file)
             )
-            if running_again is None:  # nothing to follow: the attempt is lost after all
-                _lost_attempt(store, job, attempt)
-                continue
-            running = running_again
-            store.add_event(
-                job_id,
-                f"following attempt {attempt.number} again: its supervisor was lost, the "
-                f"attempt runs on ({backend.name})",
-            )
+            if running_again is None:  # nothing to follow: lost after all, and counted so
+                _kill_orphans(job, attempt)
+                running: RunningAttempt = _Gone(
+                    attempt.handle,
+                    "its supervisor was lost, and its backend could not find it again",
+                )
+            else:
+                running = running_again
+                store.add_event(
+                    job_id,
+                    f"following attempt {attempt.number} again: its supervisor was lost, the "
+                    f"attempt runs on ({backend.name})",
+                )
         else:
             request = LaunchRequest(
                 job=job,
@@ -584,9 +591,27 @@ def _attempt_to_follow(store: Store, job_id: str) -> Attempt | None:
     that was lost, it runs on, to be followed again rather than started anew."""
     attempts = store.attempts(job_id)
     last = attempts[-1] if attempts else None
-    if last is None or last.status.is_terminal() or not last.handle:
+    return last if followable(last) else None
+
+
+class _Gone(RunningAttempt):
+    """An attempt elsewhere that could not be followed again (its backend found nothing
+    under its handle): it ended as lost, which the retry policy counts like any other."""
+
+    def __init__(self, handle: str | None, reason: str) -> None:
+        from ferry.backends.base import Exit
+
+        self.handle = handle or ""
+        self._exit = Exit(Exit.LOST, None, reason)
+
+    def poll(self) -> Exit:
+        return self._exit
+
+    def stop(self) -> None:
         return None
-    return last
+
+    def kill(self) -> None:
+        return None
 
 
 def _remote_env(job: Job, base_env: dict[str, str]) -> dict[str, str]:

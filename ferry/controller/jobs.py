@@ -431,6 +431,19 @@ def _new_supervisor(store: Store, job: Job) -> bool:
 _RESUMING = "supervisor lost; resuming in a new attempt"
 
 
+def followable(last: Attempt | None) -> bool:
+    """Whether ``last`` is an attempt to follow again after its supervisor was lost: it
+    has not ended, and it runs elsewhere (where it runs on), under a handle."""
+    from ferry.backends.registry import get_backend
+
+    if last is None or last.status.is_terminal() or not last.handle:
+        return False
+    try:
+        return not get_backend(last.backend).runs_here
+    except FerryError:  # (a backend this Ferry no longer has)
+        return False
+
+
 def _follow_again(store: Store, job: Job, last: Attempt | None) -> Job | None:
     """A job whose supervisor was lost while its attempt ran elsewhere (a Ray job runs on
     without it): a new supervisor follows that attempt again, which costs no retry.
@@ -440,12 +453,7 @@ def _follow_again(store: Store, job: Job, last: Attempt | None) -> Job | None:
 
     if job.status is _S.CANCELLING:  # (finished as cancelled, its attempt stopped)
         return None
-    if last is None or last.status.is_terminal() or not last.handle:
-        return None
-    try:
-        if get_backend(last.backend).runs_here:
-            return None
-    except FerryError:  # (a backend this Ferry no longer has)
+    if last is None or not followable(last):
         return None
     claimed = _claim(store, job, f"supervisor lost; following attempt {last.number} again")
     if claimed is None:

@@ -580,3 +580,46 @@ def test_a_cluster_elsewhere_is_followed_through_the_bucket(
         assert s3.exists(f"{bucket}/.ferry/runs/{submission}/state.json"), submission
     assert not (Path(status["attempts"][0]["log_path"]).parent / "runs").exists()
     assert s3.cat(f"{bucket}/runs/{job_id}/model/model.txt") == b"weights"
+
+
+def _lose_follower(job_id: str) -> None:
+    """kill -9 the process that follows the job (its watcher), and wait until it is gone."""
+    import psutil
+
+    from ferry.store import open_store
+
+    follower = open_store().get_job(job_id).supervisor_pid
+    assert follower
+    os.kill(follower, signal.SIGKILL)
+    with contextlib.suppress(psutil.NoSuchProcess):
+        psutil.Process(follower).wait(10)
+
+
+def test_a_preemption_asked_while_no_one_follows_reaches_the_attempt(ray_project: Path) -> None:
+    from ferry.controller.jobs import preempt
+    from ferry.store import open_store
+
+    job_id = _submit_spec(
+        ray_project, "command: [python, train.py, long]\ncheckpoint: {paths: [step.txt]}\n"
+    )
+    _started(job_id)
+    _lose_follower(job_id)
+    store = open_store()
+    preempt(store, store.get_job(job_id))  # (still RUNNING in the store: asked as before)
+    status = wait_status(job_id, "SUCCEEDED", timeout=150)  # the next command follows it
+    assert [a["status"] for a in status["attempts"]] == ["PREEMPTED", "SUCCEEDED"]
+    assert "notice at" in _logs(job_id, "--attempt", "1")
+
+
+def test_an_attempt_that_cannot_be_found_again_is_lost_and_counted(ray_project: Path) -> None:
+    from ferry.store import open_store
+
+    job_id = _submit_spec(ray_project, "command: [python, train.py]\n")
+    wait_status(job_id, "RUNNING", timeout=60)
+    _lose_follower(job_id)
+    # a handle that names nothing (a record from another Ferry, damaged by hand)
+    open_store().update_attempt(job_id, 1, handle="nothing")
+    status = wait_status(job_id, "SUCCEEDED", timeout=150)
+    first = status["attempts"][0]
+    assert first["status"] == "LOST" and "could not find it again" in first["reason"], first
+    assert sum(status["retries_used"].values()) == 1, status["retries_used"]
