@@ -156,8 +156,8 @@ class Backend(abc.ABC):
     def stop_grace(self, job: Job) -> float:
         """Seconds between the stop notice and the end of an attempt of ``job``: the spec's
         ``limits.stop_grace`` when given, else the backend's own."""
-        given = (job.spec.get("limits") or {}).get("stop_grace")
-        return float(given) if given is not None else self.default_grace()
+        given = job.plan.limits.stop_grace
+        return given if given is not None else self.default_grace()
 
     def default_grace(self) -> float:
         """The notice's length where the spec names none (GCP spot VMs give 30 s)."""

@@ -340,17 +340,15 @@ class LocalBackend(Backend):
 
     def needs(self, job: Job) -> Allocation:
         """What the job takes from the inventory while it runs."""
-        res = job.spec.get("resources", {})
-        cpus = res.get("cpus") or min(defaults.DEFAULT_CPUS, self.inventory.cpus)
-        acc = res.get("accelerator")
+        res = job.plan.resources
+        cpus = res.cpus or min(defaults.DEFAULT_CPUS, self.inventory.cpus)
+        acc = res.accelerator
         gpus = 0
         if acc:
             from ferry.accelerators import parse_accelerator
 
             gpus = parse_accelerator(acc).count
-        return Allocation(
-            cpus=float(cpus), memory=int(res.get("memory") or 0), gpus=tuple(range(gpus))
-        )
+        return Allocation(cpus=float(cpus), memory=res.memory or 0, gpus=tuple(range(gpus)))
 
     def never_fits(self, need: Allocation) -> bool:
         """Whether a job needing ``need`` could not run here even on an idle machine."""

@@ -107,7 +107,7 @@ class RayRun(RunningAttempt):
         self.handle = _handle(submission_id, dashboard)
         self.pid = None
         self._reader = RunFolderReader(folder)
-        nodes = int((job.spec.get("resources") or {}).get("nodes") or 1)
+        nodes = job.plan.resources.nodes
         # what is copied here: the attempt's own record, and each node's runner's in a gang
         self._streams = [self._reader] + (
             [RunFolderReader(node_folder(folder, n)) for n in range(nodes)] if nodes > 1 else []
@@ -120,8 +120,7 @@ class RayRun(RunningAttempt):
         self._next_look = 0.0
         self._stopped: float | None = None  # when the controller stopped it
         self._answered = time.monotonic()  # the cluster's last answer
-        limits = job.spec.get("limits") or {}
-        self._max_pending = float(limits.get("max_pending") or DEFAULT_MAX_PENDING)
+        self._max_pending = job.plan.limits.max_pending or DEFAULT_MAX_PENDING
         self._asks = asks
         _following.add(self)
 
@@ -133,12 +132,11 @@ class RayRun(RunningAttempt):
 
         job = request.job
         folder = request.run_folder
-        nodes = int((job.spec.get("resources") or {}).get("nodes") or 1)
+        nodes = job.plan.resources.nodes
         machine = dict(request.machine or {})
         if nodes > 1:  # what ferry.runner.ray_gang asks of each node besides CPUs and GPUs
             machine["resources"] = _extra_resources(job)
-            limits = job.spec.get("limits") or {}
-            machine["max_pending"] = float(limits.get("max_pending") or DEFAULT_MAX_PENDING)
+            machine["max_pending"] = job.plan.limits.max_pending or DEFAULT_MAX_PENDING
         order = RunOrder(
             attempt=request.attempt,
             argv=request.argv,
@@ -161,7 +159,7 @@ class RayRun(RunningAttempt):
         }
         if where.local:  # the node is this machine: the same cache of inputs
             env.setdefault("FERRY_HOME", str(config.ferry_home()))
-            secrets = {k: env.pop(k) for k in job.spec.get("secrets") or () if k in env}
+            secrets = {k: env.pop(k) for k in job.plan.secrets if k in env}
             if secrets:  # in the job's private folder, not in Ray's record of the job
                 _Place(folder).put(SECRETS, json.dumps(secrets).encode())
         body = submit_request(request, submission_id, python, folder, package, env)
@@ -330,23 +328,23 @@ def submit_request(
     """The Jobs API request (Ray's ``JobSubmitRequest`` fields) for one attempt."""
     from ferry.accelerators import parse_accelerator
 
-    res = request.job.spec.get("resources") or {}
-    gang = int(res.get("nodes") or 1) > 1
+    res = request.job.plan.resources
+    gang = res.nodes > 1
     module = "ferry.runner.ray_gang" if gang else "ferry.runner"
     body: dict[str, Any] = {
         "entrypoint": f"{shlex.quote(python)} -m {module} {shlex.quote(folder)}",
         "submission_id": submission_id,
         "runtime_env": {"working_dir": package, "env_vars": env},
         "metadata": {"ferry_job": request.job.id, "ferry_attempt": str(request.attempt)},
-        "entrypoint_num_cpus": float(res.get("cpus") or 1),
+        "entrypoint_num_cpus": res.cpus or 1.0,
     }
     if gang:  # the entrypoint only places the gang and follows it: the nodes hold the rest
         body["entrypoint_num_cpus"] = 0.0
         return body
-    if res.get("memory"):
-        body["entrypoint_memory"] = int(res["memory"])
-    if res.get("accelerator"):
-        acc = parse_accelerator(res["accelerator"])
+    if res.memory:
+        body["entrypoint_memory"] = res.memory
+    if res.accelerator:
+        acc = parse_accelerator(res.accelerator)
         body["entrypoint_num_gpus"] = acc.count
         body["entrypoint_resources"] = _extra_resources(request.job)
     return body
@@ -357,7 +355,7 @@ def _extra_resources(job: Job) -> dict[str, float]:
     accelerator's ``accelerator_type`` label)."""
     from ferry.accelerators import parse_accelerator
 
-    acc = (job.spec.get("resources") or {}).get("accelerator")
+    acc = job.plan.resources.accelerator
     if not acc:
         return {}
     return {f"accelerator_type:{ray_label(parse_accelerator(acc).name)}": 0.001}
@@ -410,7 +408,7 @@ class RayBackend(Backend):
                 )
 
     def offering(self, job: Job) -> str:
-        acc = (job.spec.get("resources") or {}).get("accelerator")
+        acc = job.plan.resources.accelerator
         return f"ray {acc}" if acc else "ray"
 
     def launch(self, request: LaunchRequest) -> RayRun:
@@ -439,7 +437,7 @@ class RayBackend(Backend):
         from ferry.runner.record import RunFolderReader
 
         submission_id = _parse_handle(handle or "")[0]
-        nodes = int((job.spec.get("resources") or {}).get("nodes") or 1)
+        nodes = job.plan.resources.nodes
         for local in (True, False):  # (where the cluster ran it is not recorded)
             if not local and not submission_id:
                 break

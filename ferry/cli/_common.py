@@ -117,16 +117,16 @@ def resources(job: Job) -> str:
     """``'1 CPU, GPU 0,1'``: what the job holds or asks for."""
     from ferry.units import format_size
 
-    res = job.spec.get("resources") or {}
+    res = job.plan.resources
     alloc = job.allocation
-    cpus = alloc.cpus or res.get("cpus") or 1
+    cpus = alloc.cpus or res.cpus or 1
     parts = [f"{cpus:g} CPU{'s' if cpus != 1 else ''}"]
-    if res.get("memory"):
-        parts.append(format_size(res["memory"]))
+    if res.memory:
+        parts.append(format_size(res.memory))
     if alloc.gpus:
         parts.append(f"GPU {','.join(str(g) for g in alloc.gpus)}")
-    elif res.get("accelerator"):
-        parts.append(str(res["accelerator"]))
+    elif res.accelerator:
+        parts.append(res.accelerator)
     return ", ".join(parts)
 
 

@@ -29,7 +29,7 @@ class Ranks:
         """For ``job``: ``only`` that rank (None: all), refused when it has no such rank."""
         from ferry.runner.gang import procs_per_node
 
-        size = procs_per_node(job.spec) * int((job.spec.get("resources") or {}).get("nodes") or 1)
+        size = procs_per_node(job.plan) * job.plan.resources.nodes
         if only is not None and not 0 <= only < size:
             from ferry.errors import UsageError
 

@@ -47,7 +47,7 @@ def compare(args: argparse.Namespace) -> int:
             json.dumps(
                 {
                     j.id: {
-                        "hyperparameters": j.spec.get("hyperparameters") or {},
+                        "hyperparameters": j.plan.hyperparameters,
                         "status": j.status.value,
                         "metrics": {
                             n: summaries[j.id][n].last for n in names if n in summaries[j.id]
@@ -71,11 +71,11 @@ def compare(args: argparse.Namespace) -> int:
     for j in jobs:
         table.add_column(j.id, justify="right")
     table.add_row("status", *[j.status.value for j in jobs])
-    keys = sorted({k for j in jobs for k in (j.spec.get("hyperparameters") or {})})
+    keys = sorted({k for j in jobs for k in j.plan.hyperparameters})
     for key in keys:
         table.add_row(
             f"[dim]{key}[/]",
-            *[str((j.spec.get("hyperparameters") or {}).get(key, "")) for j in jobs],
+            *[str(j.plan.hyperparameters.get(key, "")) for j in jobs],
         )
     for name in names:
         cells = []

@@ -167,7 +167,7 @@ def status(args: argparse.Namespace) -> int:
     if job.ended_at:
         head.add_row("Ended", local_time(job.ended_at))
     head.add_row("Runtime", runtime(job))
-    max_cost = (job.spec.get("limits") or {}).get("max_cost")
+    max_cost = job.plan.limits.max_cost
     if spent or max_cost:
         cap = f" of max_cost {max_cost:,.2f}" if max_cost else ""
         price = attempts[-1].price if attempts else 0.0

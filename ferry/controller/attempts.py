@@ -86,7 +86,7 @@ def supervise(
 
     store = store or open_store()
     job = store.get_job(job_id)
-    alerts = job.spec.get("alerts") or {}
+    alerts = job.plan.alerts
     env = _launch_env(job)
     try:
         notifier = Notifier(targets_for(alerts), JobInfo(job_id, job.name), env)
@@ -146,7 +146,7 @@ def _collect_trackers() -> None:
 
 def _start_tracker(store: Store, job: Job, launch_env: dict[str, str]) -> None:
     """Start the process that sends the job's metrics to MLflow, when the job asks for it."""
-    uri = (job.spec.get("tracking") or {}).get("mlflow")  # config's default was put there
+    uri = job.plan.tracking.mlflow  # config's default was put there
     if not uri:
         return
     import subprocess
@@ -205,23 +205,20 @@ def _run_attempts(
     here = backend.runs_here  # else the runner makes the other machine ready itself
     if here:
         become_subreaper()
-    spec = job.spec
+    plan = job.plan
     sync = OutputSync.for_outputs(job.outputs, Path(job.job_dir))
     dirs = JobDirs.under(str(sync.local))
-    limits = Limits.of(spec.get("retries"))
-    caps = spec.get("limits") or {}
+    limits = Limits.of(plan.retries)
     grace = backend.stop_grace(job)
-    max_runtime = caps.get("max_runtime")
-    preempt_every = (spec.get("simulate") or {}).get("preempt_every")
-    contract = spec.get("contract", "ferry")
+    max_runtime = plan.limits.max_runtime
     state = WorkdirState(
         Path(job.job_dir) / WORKDIR,
         dirs.checkpoints,
-        tuple((spec.get("checkpoint") or {}).get("paths") or ()),
+        plan.checkpoint.paths,
         Path(job.job_dir) / "code",
     )
     try:
-        if spec.get("outputs_exist_ok"):  # what the place held before this job wrote
+        if plan.outputs_exist_ok:  # what the place held before this job wrote
             from ferry.storage.occupancy import record_before
 
             record_before(job.outputs, Path(job.job_dir))
@@ -239,7 +236,7 @@ def _run_attempts(
             return True
         if job.status.is_terminal():  # declared lost while this supervisor was starting
             return False
-        max_cost = caps.get("max_cost")
+        max_cost = plan.limits.max_cost
         following = follow is not None
         if follow is not None:  # an attempt elsewhere that outlived its supervisor
             attempt, follow = follow, None
@@ -275,7 +272,7 @@ def _run_attempts(
             machine = None
         else:
             env = _remote_env(job, base_env)
-            argv = command_argv(spec)
+            argv = command_argv(plan)
             failure_file = hypertune = Path(job.job_dir) / "hypertune" / "none"
             machine = _machine(job)
         if not following:  # one left from the last attempt is not for this one
@@ -318,7 +315,7 @@ def _run_attempts(
                 log_path=attempt.log_path,
                 run_folder=str(run_folder(job, attempt.number)),
                 grace=grace,
-                procs_per_node=procs_per_node(spec),
+                procs_per_node=procs_per_node(plan),
                 machine=machine,
                 metrics_path=str(metrics_file),
             )
@@ -359,7 +356,7 @@ def _run_attempts(
             max_runtime,
             LiveSync(sync, state) if here else None,
             observer,
-            preempt_every,
+            plan.preempt_every,
             cap,
         )
         if attempt.price:  # what it cost, as it ended (a free one stays at 0)
@@ -406,7 +403,7 @@ def _run_attempts(
             failed = AttemptStatus.FAILED
             _end(store, job_id, attempt.number, failed, _S.FAILED, ended_as.reason, None, sync)
             return True
-        ended = _ended(outcome, ended_as, contract, failure_file, max_runtime, observer, cap)
+        ended = _ended(outcome, ended_as, plan.contract, failure_file, max_runtime, observer, cap)
         # (the job as this supervisor last changed it: only it counts retries meanwhile)
         decision = decide(ended, History(job.preemptions, job.retries, job.code_retries), limits)
         if decision.job is not None:
@@ -475,12 +472,12 @@ def _prepare_here(
     from ferry.contract.env import contract_env
 
     job_id = job.id
-    spec = job.spec
-    contract = spec.get("contract", "ferry")
+    plan = job.plan
+    contract = plan.contract
     opt_ml = Path(job.job_dir) / "opt_ml"
     try:
         inputs = stage_inputs(
-            {name: dict(item) for name, item in (spec.get("inputs") or {}).items()},
+            plan.inputs,
             Path(job.job_dir) / "inputs",
             config.ferry_home() / "cache",
             lambda message: store.add_event(job_id, message),
@@ -512,17 +509,17 @@ def _prepare_here(
             dirs=dirs,
             gpus=job.allocation.gpus,
             cpus=job.allocation.cpus,
-            hyperparameters=spec.get("hyperparameters") or {},
+            hyperparameters=plan.hyperparameters,
             inputs=inputs,
-            checkpoint_every=(spec.get("checkpoint") or {}).get("every"),
+            checkpoint_every=plan.checkpoint.every,
             bucket_root=bucket_root(job.outputs),
         ),
     }
     env["FERRY_METRICS_FILE"] = str(Path(job.job_dir) / f"metrics-{number}.jsonl")
-    env["FERRY_CHECKPOINT_KEEP"] = str((spec.get("checkpoint") or {}).get("keep", 3))
+    env["FERRY_CHECKPOINT_KEEP"] = str(plan.checkpoint.keep)
     # a script may say why it failed, as on SageMaker; even when it exits 0. (It is
     # /opt/ml/output/failure too where a script can see the SageMaker tree.)
-    container = spec.get("paths") == "container"
+    container = plan.paths == "container"
     if contract == "sagemaker" or container:
         failure_file = opt_ml / "output" / "failure"
         failure_file.parent.mkdir(parents=True, exist_ok=True)
@@ -530,9 +527,9 @@ def _prepare_here(
         failure_file = Path(job.job_dir) / "failure"
     failure_file.unlink(missing_ok=True)
     env["FERRY_FAILURE_FILE"] = str(failure_file)
-    argv = command_argv(spec)
+    argv = command_argv(plan)
     if contract == "sagemaker" or container:
-        sm_env = sagemaker.prepare(opt_ml, dirs, spec.get("hyperparameters") or {}, inputs)
+        sm_env = sagemaker.prepare(opt_ml, dirs, plan.hyperparameters, inputs)
         if contract == "sagemaker":
             env.update(sm_env)
     if container:
@@ -617,8 +614,7 @@ class _Gone(RunningAttempt):
 def _remote_env(job: Job, base_env: dict[str, str]) -> dict[str, str]:
     """What a job on another machine gets of the submitter's environment: its spec's
     ``env`` and ``secrets`` (this machine's PATH or HOME mean nothing there)."""
-    spec = job.spec
-    names = [*(spec.get("env") or {}), *(spec.get("secrets") or ())]
+    names = [*job.plan.env, *job.plan.secrets]
     return {name: base_env[name] for name in names if name in base_env}
 
 
@@ -627,21 +623,19 @@ def _machine(job: Job) -> dict[str, Any]:
     from ferry.accelerators import parse_accelerator
     from ferry.runner.machine import Machine
 
-    spec = job.spec
-    res = spec.get("resources") or {}
-    checkpoint = spec.get("checkpoint") or {}
-    acc = res.get("accelerator")
+    plan = job.plan
+    acc = plan.resources.accelerator
     return Machine(
         job_id=job.id,
         outputs=job.outputs,
-        inputs={name: dict(item) for name, item in (spec.get("inputs") or {}).items()},
-        hyperparameters=spec.get("hyperparameters") or {},
-        contract=spec.get("contract", "ferry"),
-        checkpoint_every=checkpoint.get("every"),
-        checkpoint_keep=int(checkpoint.get("keep", 3)),
-        checkpoint_paths=list(checkpoint.get("paths") or ()),
-        collect=list(spec.get("collect") or ()),
-        cpus=float(res.get("cpus") or 1),
+        inputs=plan.inputs,
+        hyperparameters=plan.hyperparameters,
+        contract=plan.contract,
+        checkpoint_every=plan.checkpoint.every,
+        checkpoint_keep=plan.checkpoint.keep,
+        checkpoint_paths=list(plan.checkpoint.paths),
+        collect=list(plan.collect),
+        cpus=plan.resources.cpus or 1.0,
         gpus=parse_accelerator(acc).count if acc else 0,
         sync_interval=float(config.get("outputs.sync_interval")),
     ).fields()
@@ -702,7 +696,7 @@ def _fresh(store: Store, job: Job, state: WorkdirState) -> list[tuple[str, int]]
         from ferry.packaging.snapshot import retake
 
         home = config.ferry_home()
-        code = str(job.spec.get("code") or ".")
+        code = job.plan.code
         if not retake(code, state.code, home / FOLDER, skip=(home,)):
             raise
         kept = f"; the changed copy is in {exc.kept} for an hour" if exc.kept else ""
@@ -768,7 +762,7 @@ def _in_container_paths(
     gcs: dict[str, str] = {}
     if sync.remote and (where := cp.gcs_path(sync.target.uri)):
         gcs[where] = str(sync.local)
-    for name, item in (job.spec.get("inputs") or {}).items():
+    for name, item in job.plan.inputs.items():
         where = cp.gcs_path(item["uri"])
         if where and "://" not in inputs[name]:
             gcs[where] = inputs[name]
@@ -793,7 +787,7 @@ def _in_container_paths(
     local_inputs = tuple(
         path
         for name, path in inputs.items()
-        if "://" not in path and "://" not in job.spec["inputs"][name]["uri"]
+        if "://" not in path and "://" not in job.plan.inputs[name]["uri"]
     )
     from ferry.storage.workdir import WORKDIR
 
@@ -864,7 +858,7 @@ def _end(
     try:
         job = store.get_job(job_id)
         sent = _sent_elsewhere(store, job, number, status)
-        patterns = job.spec.get("collect") or []
+        patterns = list(job.plan.collect)
         if patterns and sent is None:
             from ferry.storage.workdir import WORKDIR
 

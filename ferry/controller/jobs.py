@@ -384,7 +384,7 @@ def _resume(store: Store, job: Job, last: Attempt | None) -> Job | None:
         return None
     # one count with the preempted attempts; a supervisor that died before it even started
     # an attempt counts too, so a job whose supervisors keep dying does not go on for ever
-    limits = Limits.of(job.spec.get("retries"))
+    limits = Limits.of(job.plan.retries)
     allowed, used = resume_allowed(History(preemptions=job.preemptions), limits)
     if not allowed:
         return None

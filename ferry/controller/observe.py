@@ -46,8 +46,8 @@ class Observer:
     ) -> None:
         from ferry.telemetry.tensorboard import EventWriter
 
-        spec = job.spec
-        alerts = spec.get("alerts") or {}
+        spec, plan = job.spec, job.plan
+        alerts = plan.alerts
         self.store = store
         self.job = job
         self.attempt = attempt
@@ -57,7 +57,7 @@ class Observer:
         self.preempted_by: str | None = None  # who preempted it (ferry preempt, simulate)
         self.reader = MetricsReader(store, job.id, attempt, metrics_file, self._reported)
         self.printed = PrintedMetricsReader(
-            store, job.id, attempt, log_path, spec.get("metrics") or {}, self._printed
+            store, job.id, attempt, log_path, plan.metrics, self._printed
         )
         self.hypertune = (
             HypertuneReader(store, job.id, attempt, hypertune_file, self._reported)
@@ -69,7 +69,7 @@ class Observer:
         )
         self.tensorboard = (
             EventWriter(tensorboard_dir / TENSORBOARD_RUN, f"attempt{attempt}")
-            if (spec.get("tracking") or {}).get("tensorboard", True)
+            if plan.tracking.tensorboard
             else None
         )
         self._samplers: list[Any] | None = None

@@ -15,7 +15,10 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ferry.store.plan import Plan
 
 
 @dataclass(frozen=True)
@@ -126,14 +129,13 @@ class Gang:
         return ("algo-1",) if self.nodes == 1 else self.hosts
 
 
-def procs_per_node(spec: dict[str, Any]) -> int:
+def procs_per_node(plan: Plan) -> int:
     """``resources.procs_per_node``, or the GPUs of a node (at least 1) when not given."""
-    res = spec.get("resources") or {}
-    given = res.get("procs_per_node")
+    given = plan.resources.procs_per_node
     if given:
         return int(given)
-    acc = res.get("accelerator")
-    if not acc or starts_own_workers(spec.get("command") or []):
+    acc = plan.resources.accelerator
+    if not acc or starts_own_workers(list(plan.command)):
         return 1
     from ferry.accelerators import parse_accelerator
 

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from ferry.runner.record import RunFolderWriter
     from ferry.storage.outputs import OutputSync
     from ferry.storage.workdir import WorkdirState
+    from ferry.store.plan import Plan
 
 OUTPUTS = "outputs.json"  # in the run folder: the files the runner sent, for the manifest
 STAGING_FILE = "staging.json"  # progress of input staging, read by `ferry run`
@@ -74,14 +75,14 @@ class Machine:
         return cls(**{k: v for k, v in fields.items() if k in cls.__dataclass_fields__})
 
 
-def command_argv(spec: dict[str, Any]) -> list[str]:
+def command_argv(plan: Plan) -> list[str]:
     """The job's command as run: with the contract's arguments (SageMaker's
     hyperparameters), through ``/bin/sh -c`` for ``shell: true``."""
     from ferry.contract.sagemaker import arguments
 
-    command = [str(w) for w in spec["command"]]
-    extra = arguments(spec.get("contract", "ferry"), spec.get("hyperparameters") or {})
-    if spec.get("shell"):  # words are joined with spaces, as ssh does
+    command = list(plan.command)
+    extra = arguments(plan.contract, plan.hyperparameters)
+    if plan.shell:  # words are joined with spaces, as ssh does
         import shlex
 
         return ["/bin/sh", "-c", " ".join([*command, *map(shlex.quote, extra)])]

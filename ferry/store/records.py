@@ -3,10 +3,14 @@ and its events (every change, with time and reason)."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ferry.status import AttemptStatus, JobStatus
+
+if TYPE_CHECKING:
+    from ferry.store.plan import Plan
 
 
 @dataclass(frozen=True)
@@ -59,7 +63,14 @@ class Job:
 
     @property
     def command(self) -> list[str]:
-        return list(self.spec.get("command") or [])
+        return list(self.plan.command)
+
+    @functools.cached_property
+    def plan(self) -> Plan:
+        """The spec, typed, as the controller reads it."""
+        from ferry.store.plan import Plan
+
+        return Plan.of(self.spec)
 
 
 @dataclass(frozen=True)

@@ -69,21 +69,20 @@ def _flat(prefix: str, value: Any) -> list[tuple[str, str]]:
 def _tags(job: Job, store: Store) -> dict[str, str]:
     from ferry.procs import hostname
 
-    spec = job.spec
-    resources = spec.get("resources") or {}
+    resources = job.plan.resources
     attempts = store.attempts(job.id)
     now = time.time()
     cost = sum(a.cost_at(now) for a in attempts)
     tags = {
         "ferry.job_id": job.id,
         "ferry.backend": job.backend,
-        "ferry.accelerator": resources.get("accelerator") or "none",
-        "ferry.spot": str(bool(resources.get("spot"))).lower(),
+        "ferry.accelerator": resources.accelerator or "none",
+        "ferry.spot": str(resources.spot).lower(),
         "ferry.status": job.status.value,
         "ferry.attempts": str(len(attempts)),
         "ferry.cost_usd": f"{cost:.4f}",
         "ferry.outputs": job.outputs,
-        "mlflow.source.name": " ".join(spec.get("command") or []),
+        "mlflow.source.name": " ".join(job.plan.command),
         "mlflow.source.type": "JOB",
         "mlflow.user": _user(),
         "ferry.host": hostname(),
@@ -117,7 +116,7 @@ class Tracker:
         self.run_id = self._run()
 
     def _experiment(self) -> str:
-        name = (self.job.spec.get("tracking") or {}).get("experiment") or self.job.name
+        name = self.job.plan.tracking.experiment or self.job.name
         found = self.client.get_experiment_by_name(name)
         if found is not None:
             return str(found.experiment_id)
@@ -147,7 +146,7 @@ class Tracker:
             run_name=self.job.name,
         )
         run_id = str(run.info.run_id)
-        params = _flat("", self.job.spec.get("hyperparameters") or {})
+        params = _flat("", self.job.plan.hyperparameters)
         for i in range(0, len(params), 100):
             chunk = [Param(k, v) for k, v in params[i : i + 100]]
             self.client.log_batch(run_id, params=chunk)

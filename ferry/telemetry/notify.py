@@ -399,7 +399,7 @@ def _main(job_id: str) -> int:
     env = json.loads(sys.stdin.read() or "{}")
     store = open_store()
     job = store.get_job(job_id)
-    alerts = job.spec.get("alerts") or {}
+    alerts = job.plan.alerts
     alert = end_alert(job.status.value, job.reason, alerts)
     if alert is None:
         return 0

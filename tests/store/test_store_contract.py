@@ -422,3 +422,28 @@ def test_full_disk_gives_a_clear_error_and_loses_nothing(
     db = sqlite3.connect(home / "ferry.db")
     assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert ferry("run", "--name", "again", "--", "true", cwd=project).returncode == 0
+
+
+def test_the_typed_view_of_a_stored_spec_reads_what_the_spec_says_and_its_defaults() -> None:
+    from ferry.spec import JobSpec
+    from ferry.store.plan import Plan
+
+    stored = JobSpec.model_validate(
+        {
+            "command": ["python", "t.py"],
+            "resources": {"accelerator": "T4:2", "cpus": 3, "nodes": 2},
+            "limits": {"max_runtime": "1h", "stop_grace": "5s"},
+            "checkpoint": {"paths": ["a.txt"], "keep": 5},
+            "secrets": ["TOKEN"],
+            "simulate": {"preempt_every": "2m"},
+        }
+    ).to_json()
+    plan = Plan.of(stored)
+    assert plan.resources.accelerator == "T4:2" and plan.resources.nodes == 2
+    assert plan.resources.cpus == 3.0 and plan.resources.memory is None
+    assert (plan.limits.max_runtime, plan.limits.stop_grace) == (3600.0, 5.0)
+    assert plan.limits.max_cost is None
+    assert plan.checkpoint.paths == ("a.txt",) and plan.checkpoint.keep == 5
+    assert plan.secrets == ("TOKEN",) and plan.preempt_every == 120.0
+    assert plan.contract == "ferry" and plan.tracking.tensorboard  # defaults, as stored
+    assert Plan.of({}) == Plan()  # an old record without a section reads as the defaults
