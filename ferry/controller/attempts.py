@@ -294,9 +294,12 @@ def _run_attempts(
             )
             if running_again is None:  # nothing to follow: lost after all, and counted so
                 _kill_orphans(job, attempt)
+                # billed to its last sign of life, not to when it was found gone
+                beat = max(attempt.started_at, job.heartbeat_at or time.time())
                 running: RunningAttempt = _Gone(
                     attempt.handle,
                     "its supervisor was lost, and its backend could not find it again",
+                    min(time.time(), beat + defaults.HEARTBEAT_INTERVAL),
                 )
             else:
                 running = running_again
@@ -360,7 +363,7 @@ def _run_attempts(
             cap,
         )
         if attempt.price:  # what it cost, as it ended (a free one stays at 0)
-            store.update_attempt(job_id, attempt.number, cost=attempt.cost_at(time.time()))
+            store.update_attempt(job_id, attempt.number, cost=attempt.cost_at(_ended_at(running)))
         observer.finish()  # what the script reported last
         if here:  # (a runner elsewhere did these itself)
             _after_here(store, job_id, state, sync, hypertune)
@@ -418,6 +421,7 @@ def _run_attempts(
                 code,
                 sync,
                 recycle=state.recycle if here else None,
+                ended_at=_ended_at(running),
             )
             return True
         why = decision.why
@@ -427,7 +431,7 @@ def _run_attempts(
         counter = decision.charge.value
         ended_fields = {
             "status": decision.attempt,
-            "ended_at": time.time(),
+            "ended_at": _ended_at(running),
             "exit_code": code,
             "reason": decision.reason,
         }
@@ -591,14 +595,20 @@ def _attempt_to_follow(store: Store, job_id: str) -> Attempt | None:
     return last if followable(last) else None
 
 
+def _ended_at(running: RunningAttempt) -> float:
+    """When the attempt ended, as billed: now, or an attempt found gone's last sign of life."""
+    return running.lost_at if isinstance(running, _Gone) else time.time()
+
+
 class _Gone(RunningAttempt):
     """An attempt elsewhere that could not be followed again (its backend found nothing
     under its handle): it ended as lost, which the retry policy counts like any other."""
 
-    def __init__(self, handle: str | None, reason: str) -> None:
+    def __init__(self, handle: str | None, reason: str, lost_at: float) -> None:
         from ferry.backends.base import Exit
 
         self.handle = handle or ""
+        self.lost_at = lost_at  # its last sign of life
         self._exit = Exit(Exit.LOST, None, reason)
 
     def poll(self) -> Exit:
@@ -847,14 +857,20 @@ def _end(
     code: int | None,
     sync: OutputSync,
     recycle: Callable[[], object] | None = None,
+    ended_at: float | None = None,
 ) -> None:
-    """Send the outputs (manifest last), then record how the attempt ended and finish the
+    """Send the outputs (manifest last), then record how the attempt ended (``ended_at``:
+    now unless given) and finish the
     job in one transaction: a finished job's outputs are complete. ``recycle`` keeps the
     working folder for another job (once what is collected from it has been), before the
     job's room is given back: the next job, admitted then, can take it. Attempts that ran
     elsewhere sent their files themselves (and collected them): their runners' listings
     make the manifest."""
-    ended: dict[str, Any] = {"status": attempt_status, "ended_at": time.time(), "exit_code": code}
+    ended: dict[str, Any] = {
+        "status": attempt_status,
+        "ended_at": ended_at or time.time(),
+        "exit_code": code,
+    }
     try:
         job = store.get_job(job_id)
         sent = _sent_elsewhere(store, job, number, status)
@@ -1014,7 +1030,6 @@ def _watch(
                     last_control = mono
                     now_job = store.get_job(job.id)
                     status = now_job.status
-                    asked = take_preempt_request(job)
                     if status is _S.CANCELLING:
                         stopping = "cancelled"
                     elif status.is_terminal() or (
@@ -1027,7 +1042,7 @@ def _watch(
                         from ferry.backends.base import Exit
 
                         return "abandoned", Exit(Exit.LOST, -signal.SIGKILL, "declared lost")
-                    elif asked:
+                    elif asked := take_preempt_request(job):  # (taken only by its owner)
                         stopping, observer.preempted_by = "preempted", asked
                 if stopping:
                     what = {

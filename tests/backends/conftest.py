@@ -11,10 +11,10 @@ import pytest
 
 from tests.conftest import ferry
 
-# The job the backends' tests run: `train.py [ok|long|exitN]`. It prints what it was given
-# (variables, hyperparameters, its input), reports a loss each step, keeps its step in
-# step.txt, answers the notice (SIGTERM) with "notice at N" and exit 143, and writes its
-# model (rank 0) at the end.
+# The job the backends' tests run: `train.py [ok|long|exitN] [RELEASE]`. It prints what it
+# was given (variables, hyperparameters, its input), reports a loss each step, keeps its
+# step in step.txt, answers the notice (SIGTERM) with "notice at N" and exit 143, and
+# writes its model (rank 0) at the end.
 SCRIPT = textwrap.dedent(
     """
     import json, os, signal, sys, time
@@ -35,11 +35,16 @@ SCRIPT = textwrap.dedent(
     print("starting at", start, flush=True)
     stop = []
     signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
-    steps = 50 if mode == "long" else 3
+    # long: 50 steps; with a release file named, until that file exists (a test acts on a
+    # job that is surely still running, then lets it end)
+    release = Path(sys.argv[2]) if len(sys.argv) > 2 else None
+    steps = (1500 if release else 50) if mode == "long" else 3
     for step in range(start, steps):
         if stop:
             print("notice at", step, flush=True)
             sys.exit(143)
+        if release is not None and release.exists():
+            break
         runtime.report(loss=1.0 / (step + 1), step=step)
         Path("step.tmp").write_text(str(step + 1))
         os.replace("step.tmp", "step.txt")  # whole whenever it is taken

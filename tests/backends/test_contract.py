@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +26,7 @@ from tests.conftest import (
     job_status,
     submit,
     until_logged,
+    wait_for,
     wait_status_slowly,
 )
 
@@ -48,8 +48,10 @@ def backend(
 
 
 def _submit(project: Path, backend: str, mode: str = "ok", spec: str = "") -> str:
-    """Submit ``train.py MODE`` to ``backend``, with more of the spec."""
-    command = f"command: [python, train.py, {mode}]\n"
+    """Submit ``train.py MODE`` to ``backend``, with more of the spec (``long``: until
+    the file ``release`` beside the project exists)."""
+    release = f", '{project.parent / 'release'}'" if mode == "long" else ""
+    command = f"command: [python, train.py, {mode}{release}]\n"
     (project / "job.yaml").write_text(f"backend: {backend}\n{command}{spec}")
     return submit("job.yaml", cwd=project)
 
@@ -110,8 +112,18 @@ def test_a_preempted_job_resumes_from_its_checkpoint(backend: str, project: Path
     spec = "checkpoint: {paths: [step.txt]}\nlimits: {stop_grace: 10s}\n"
     job_id = _submit(project, backend, "long", spec)
     _started(job_id)
-    time.sleep(3)  # a few steps, and a save of checkpoint.paths
+    wait_for(  # a few steps done
+        lambda: any(
+            m["name"] == "loss" and m["points"] >= 3 for m in ferry_json("metrics", job_id)
+        ),
+        90,
+        "a few steps",
+        every=0.5,
+    )
     assert ferry("preempt", job_id).returncode == 0
+    noticed = lambda: "notice at" in job_logs(job_id, "--attempt", "1")  # noqa: E731
+    wait_for(noticed, 90, "the notice", every=0.5)
+    (project.parent / "release").touch()
     status = wait_status_slowly(job_id, "SUCCEEDED", timeout=150)
     first, second = status["attempts"][:2]
     assert first["status"] == "PREEMPTED" and second["status"] == "SUCCEEDED", first
@@ -129,6 +141,7 @@ def test_a_job_outlives_the_loss_of_what_followed_it(backend: str, project: Path
     follower = open_store().get_job(job_id).supervisor_pid
     assert follower
     os.kill(follower, signal.SIGKILL)
+    (project.parent / "release").touch()
     status = wait_status_slowly(job_id, "SUCCEEDED", timeout=150)  # (ferry status reconciles)
     last = len(status["attempts"])
     assert "done" in job_logs(job_id, "--attempt", str(last))

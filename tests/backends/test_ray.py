@@ -13,7 +13,6 @@ import signal
 import sys
 import tempfile
 import textwrap
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -136,8 +135,11 @@ def test_a_gang_of_two_ranks_runs_on_the_node(ray_project: Path) -> None:
     assert sorted(rank1[0]["CUDA_VISIBLE_DEVICES"].split(",")) == ["0", "1"]
 
 
-def test_cancel_stops_the_ray_job(ray_project: Path, ray_head: str) -> None:
-    job_id = submit("--backend", "ray", "--", "python", "train.py", "long", cwd=ray_project)
+def test_cancel_stops_the_ray_job(ray_project: Path, ray_head: str, tmp_path: Path) -> None:
+    release = tmp_path / "release"  # (never: the cancel ends it)
+    job_id = submit(
+        "--backend", "ray", "--", "python", "train.py", "long", str(release), cwd=ray_project
+    )
     _started(job_id)
     assert ferry("cancel", job_id).returncode == 0
     status = wait_status(job_id, "CANCELLED", timeout=60)
@@ -146,13 +148,19 @@ def test_cancel_stops_the_ray_job(ray_project: Path, ray_head: str) -> None:
     assert status["attempts"][0]["status"] == "CANCELLED"
 
 
-def test_a_runner_killed_under_its_job_makes_the_attempt_lost(ray_project: Path) -> None:
-    job_id = submit("--backend", "ray", "--", "python", "train.py", "long", cwd=ray_project)
+def test_a_runner_killed_under_its_job_makes_the_attempt_lost(
+    ray_project: Path, tmp_path: Path
+) -> None:
+    release = tmp_path / "release"
+    job_id = submit(
+        "--backend", "ray", "--", "python", "train.py", "long", str(release), cwd=ray_project
+    )
     _started(job_id)
     job_dir = Path(job_status(job_id)["attempts"][0]["log_path"]).parent
     state_file = job_dir / "runs" / "1" / "state.json"
     runner = json.loads(state_file.read_text())["pid"]
     os.kill(runner, signal.SIGKILL)
+    release.touch()
     status = wait_status(job_id, "SUCCEEDED", timeout=120)  # resumed under a new attempt
     lost = status["attempts"][0]
     assert lost["status"] == "LOST", lost
@@ -161,11 +169,14 @@ def test_a_runner_killed_under_its_job_makes_the_attempt_lost(ray_project: Path)
 
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM])  # lost; a shutdown
 def test_a_lost_supervisor_is_followed_again_and_the_ray_job_runs_on(
-    ray_project: Path, ray_head: str, how: int
+    ray_project: Path, ray_head: str, how: int, tmp_path: Path
 ) -> None:
     from ferry.store import open_store
 
-    job_id = submit("--backend", "ray", "--", "python", "train.py", "long", cwd=ray_project)
+    release = tmp_path / "release"
+    job_id = submit(
+        "--backend", "ray", "--", "python", "train.py", "long", str(release), cwd=ray_project
+    )
     _started(job_id)
     first = _ray_job(ray_head, job_id)
     supervisor = open_store().get_job(job_id).supervisor_pid
@@ -180,6 +191,7 @@ def test_a_lost_supervisor_is_followed_again_and_the_ray_job_runs_on(
         30,
         "a new supervisor",
     )
+    release.touch()
     status = wait_status(job_id, "SUCCEEDED", timeout=120)  # (ferry status reconciles)
     assert [a["status"] for a in status["attempts"]] == ["SUCCEEDED"]  # no new attempt
     assert _ray_job(ray_head, job_id)["submission_id"] == first["submission_id"]
@@ -191,14 +203,17 @@ def test_a_lost_supervisor_is_followed_again_and_the_ray_job_runs_on(
 
 
 def test_jobs_elsewhere_share_one_watcher_which_a_new_one_replaces(
-    ray_project: Path, ray_head: str
+    ray_project: Path, ray_head: str, tmp_path: Path
 ) -> None:
     import psutil
 
     from ferry.store import open_store
 
+    release = tmp_path / "release"
     jobs = [
-        submit("--backend", "ray", "--", "python", "train.py", "long", cwd=ray_project)
+        submit(
+            "--backend", "ray", "--", "python", "train.py", "long", str(release), cwd=ray_project
+        )
         for _ in range(2)
     ]
     for job_id in jobs:
@@ -222,6 +237,7 @@ def test_jobs_elsewhere_share_one_watcher_which_a_new_one_replaces(
         every=0.5,
     )
     (again,) = watchers()
+    release.touch()
     for job_id in jobs:
         status = wait_status(job_id, "SUCCEEDED", timeout=120)
         assert [a["status"] for a in status["attempts"]] == ["SUCCEEDED"]  # followed, not rerun
@@ -249,8 +265,13 @@ def test_an_attempt_no_node_can_take_ends_after_max_pending(ray_project: Path) -
     assert "8 GPU" in reason and "the cluster has 2 CPU, 2 GPU" in reason, reason
 
 
-def test_a_job_stopped_on_the_cluster_fails_saying_so(ray_project: Path, ray_head: str) -> None:
-    job_id = submit("--backend", "ray", "--", "python", "train.py", "long", cwd=ray_project)
+def test_a_job_stopped_on_the_cluster_fails_saying_so(
+    ray_project: Path, ray_head: str, tmp_path: Path
+) -> None:
+    release = tmp_path / "release"  # (never: the stop ends it)
+    job_id = submit(
+        "--backend", "ray", "--", "python", "train.py", "long", str(release), cwd=ray_project
+    )
     _started(job_id)
     submission_id = job_status(job_id)["attempts"][0]["handle"].partition("@")[0]
     request = urllib.request.Request(f"{ray_head}/api/jobs/{submission_id}/stop", method="POST")
@@ -480,7 +501,9 @@ def test_a_node_lost_under_the_gang_is_a_preemption(gang_project: Path, ray_node
     import psutil
 
     _until_logged(job_id, "starting at 0", 120, "the gang to start")
-    time.sleep(3)  # a few steps, and the runners' next save of checkpoint.paths
+    # a few steps, and a save of checkpoint.paths by node 0's runner (every beat)
+    saved = Path(job_status(job_id)["outputs"]) / "checkpoints" / ".ferry-workdir" / "step.txt"
+    wait_for(lambda: saved.exists() and saved.read_text() not in ("", "0"), 60, "a saved step")
     # the node that runs rank 0 (node 0's runner descends from its raylet) dies
     job_dir = Path(job_status(job_id)["attempts"][0]["log_path"]).parent
     runner = json.loads((job_dir / "runs" / "1" / "node-0" / "state.json").read_text())["pid"]
@@ -526,14 +549,20 @@ def _relay(host: str, target: int) -> Iterator[int]:
                 client, _ = listener.accept()
             except OSError:
                 return
-            server = socket.create_connection(("127.0.0.1", target))
+            try:
+                server = socket.create_connection(("127.0.0.1", target))
+            except OSError:  # (the head is away: this connection fails, the next may not)
+                client.close()
+                continue
             for a, b in ((client, server), (server, client)):
                 threading.Thread(target=pipe, args=(a, b), daemon=True).start()
 
     threading.Thread(target=serve, daemon=True).start()
-    yield listener.getsockname()[1]
-    stopping.set()
-    listener.close()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        stopping.set()
+        listener.close()
 
 
 def test_a_cluster_elsewhere_is_followed_through_the_bucket(
@@ -558,7 +587,8 @@ def test_a_cluster_elsewhere_is_followed_through_the_bucket(
     assert ferry("config", "set", "ray.python", sys.executable).returncode == 0
     (project / "train.py").write_text(SCRIPT)
     spec = (
-        f"command: [python, train.py, long]\noutputs: s3://{bucket}/runs/{{job_id}}\n"
+        f"command: [python, train.py, long, '{tmp_path / 'release'}']\n"
+        f"outputs: s3://{bucket}/runs/{{job_id}}\n"
         "checkpoint: {paths: [step.txt]}\nlimits: {stop_grace: 10s}\n"
         f"env: {{AWS_ENDPOINT_URL: '{s3_endpoint}', FERRY_HOME: '{tmp_path / 'node'}'}}\n"
         "secrets: [AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY]\n"
@@ -568,6 +598,7 @@ def test_a_cluster_elsewhere_is_followed_through_the_bucket(
         job_id = _submit_spec(project, spec)
         _started(job_id)
         assert ferry("preempt", job_id).returncode == 0
+        (tmp_path / "release").touch()  # (the resumed attempt ends soon)
         status = wait_status(job_id, "SUCCEEDED", timeout=150)
     assert [a["status"] for a in status["attempts"]] == ["PREEMPTED", "SUCCEEDED"]
     assert "notice at" in _logs(job_id, "--attempt", "1")
@@ -595,30 +626,45 @@ def _lose_follower(job_id: str) -> None:
         psutil.Process(follower).wait(10)
 
 
-def test_a_preemption_asked_while_no_one_follows_reaches_the_attempt(ray_project: Path) -> None:
+def test_a_preemption_asked_while_no_one_follows_reaches_the_attempt(
+    ray_project: Path, tmp_path: Path
+) -> None:
     from ferry.controller.jobs import preempt
     from ferry.store import open_store
 
+    release = tmp_path / "release"
     job_id = _submit_spec(
-        ray_project, "command: [python, train.py, long]\ncheckpoint: {paths: [step.txt]}\n"
+        ray_project,
+        f"command: [python, train.py, long, '{release}']\ncheckpoint: {{paths: [step.txt]}}\n",
     )
     _started(job_id)
     _lose_follower(job_id)
     store = open_store()
     preempt(store, store.get_job(job_id))  # (still RUNNING in the store: asked as before)
+    noticed = lambda: "notice at" in _logs(job_id, "--attempt", "1")  # noqa: E731
+    wait_for(noticed, 90, "the notice", every=0.5)
+    release.touch()
     status = wait_status(job_id, "SUCCEEDED", timeout=150)  # the next command follows it
     assert [a["status"] for a in status["attempts"]] == ["PREEMPTED", "SUCCEEDED"]
     assert "notice at" in _logs(job_id, "--attempt", "1")
 
 
-def test_an_attempt_that_cannot_be_found_again_is_lost_and_counted(ray_project: Path) -> None:
+def test_an_attempt_that_cannot_be_found_again_is_lost_and_counted(
+    ray_project: Path, tmp_path: Path
+) -> None:
+    from ferry.backends.ray_jobs import RayJobs
     from ferry.store import open_store
 
-    job_id = _submit_spec(ray_project, "command: [python, train.py]\n")
-    wait_status(job_id, "RUNNING", timeout=60)
-    _lose_follower(job_id)
-    # a handle that names nothing (a record from another Ferry, damaged by hand)
+    release = tmp_path / "release"
+    job_id = _submit_spec(ray_project, f"command: [python, train.py, long, '{release}']\n")
+    _started(job_id)
+    submission, _, cluster = job_status(job_id)["attempts"][0]["handle"].partition("@")
+    _lose_follower(job_id)  # (and no ferry command until the handle is damaged)
+    # a handle that names nothing (a record from another Ferry, damaged by hand); the Ray
+    # job it named is stopped here, since nothing else can find it now
     open_store().update_attempt(job_id, 1, handle="nothing")
+    RayJobs(cluster).stop(submission)
+    release.touch()
     status = wait_status(job_id, "SUCCEEDED", timeout=150)
     first = status["attempts"][0]
     assert first["status"] == "LOST" and "could not find it again" in first["reason"], first
