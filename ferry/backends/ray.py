@@ -144,7 +144,9 @@ class RayRun(RunningAttempt):
             env={},
             grace=request.grace,
             procs_per_node=request.procs_per_node,
-            hosts=["?"] * nodes,  # (each node's address, once the gang is placed)
+            # one node: its processes meet on it; several: each node's address, learnt by
+            # ferry.runner.ray_gang once the gang is placed
+            hosts=["127.0.0.1"] if nodes == 1 else ["?"] * nodes,
             machine=machine,
         )
         order.write(folder)
