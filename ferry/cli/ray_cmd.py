@@ -36,13 +36,17 @@ def register(subparsers: Any) -> None:
         example="  ferry ray status --json\n",
     )
     status.add_argument("--json", action="store_true", help="print JSON for scripts")
-    add_command(
+    stop = add_command(
         sub,
         "stop",
         help="stop the Ray head Ferry started on this machine",
-        description="Stop the Ray head Ferry started on this machine (its jobs end with "
-        "it). A cluster named by ray.address or RAY_ADDRESS is never stopped.",
-        example="  ferry ray stop\n",
+        description="Stop the Ray head Ferry started on this machine. While jobs run on "
+        "it, it is stopped only with --force (they are lost, and resume on a new head). A "
+        "cluster named by ray.address or RAY_ADDRESS is never stopped.",
+        example="  ferry ray stop\n  ferry ray stop --force   # even with jobs running on it\n",
+    )
+    stop.add_argument(
+        "--force", action="store_true", help="stop it even while jobs run on it (they are lost)"
     )
     p.set_defaults(handler=ray_cmd)
 
@@ -55,6 +59,9 @@ def ray_cmd(args: argparse.Namespace) -> int:
 
     head = LocalHead()
     if args.action == "stop":
+        url = head.running()
+        if url and not args.force:
+            _refuse_if_busy(url)
         stopped = head.stop()
         print("stopped the Ray head Ferry started here" if stopped else "no Ray head to stop")
         return 0
@@ -87,3 +94,23 @@ def ray_cmd(args: argparse.Namespace) -> int:
     else:
         print(f"{url}  not answering: {info.get('error')}  ({whose})")
     return 0
+
+
+def _refuse_if_busy(url: str) -> None:
+    """Refuse to stop the head at ``url`` while jobs of this Ferry run on it."""
+    from ferry.errors import UsageError
+    from ferry.status import ACTIVE
+    from ferry.store import open_store
+
+    store = open_store()
+    busy = []
+    for job in store.list_jobs(ACTIVE):
+        attempts = store.attempts(job.id) if job.backend == "ray" else []
+        if attempts and (attempts[-1].handle or "").endswith(f"@{url}"):
+            busy.append(job.id)
+    if busy:
+        raise UsageError(
+            f"the Ray head Ferry started here runs {len(busy)} job(s) ({', '.join(busy[:5])}); "
+            "stopping it would lose them",
+            "cancel them first (ferry cancel JOB), or stop it anyway: ferry ray stop --force",
+        )

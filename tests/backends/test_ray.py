@@ -671,3 +671,26 @@ def test_an_attempt_that_cannot_be_found_again_is_lost_and_counted(
     first = status["attempts"][0]
     assert first["status"] == "LOST" and "could not find it again" in first["reason"], first
     assert sum(status["retries_used"].values()) == 1, status["retries_used"]
+
+
+def test_ferry_ray_stop_keeps_a_head_that_runs_jobs(
+    home: Path, project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)  # Ferry's own head, in this home
+    assert ferry("config", "set", "ray.idle", "0").returncode == 0
+    (project / "train.py").write_text(SCRIPT)
+    release = tmp_path / "release"  # (never: the cancel ends it)
+    job_id = submit(
+        "--backend", "ray", "--", "python", "train.py", "long", str(release), cwd=project
+    )
+    try:
+        _started(job_id)
+        line = assert_one_line_error(ferry("ray", "stop"), 2)
+        assert f"runs 1 job(s) ({job_id})" in line and "--force" in line, line
+        assert wait_status(job_id, "RUNNING")  # untouched
+        assert ferry("cancel", job_id).returncode == 0
+        wait_status(job_id, "CANCELLED", timeout=60)
+        result = ferry("ray", "stop")
+        assert result.returncode == 0 and "stopped the Ray head" in result.stdout
+    finally:
+        ferry("ray", "stop", "--force")
