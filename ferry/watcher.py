@@ -166,7 +166,7 @@ class Watcher:
     def serve(self, first: str, desk: Desk | None = None) -> int:
         """Follow ``first`` and the jobs handed over at ``desk`` (opened here when None)
         until none is left."""
-        from ferry import config
+        from ferry import config, defaults
         from ferry.handoff import WATCHER, Desk
 
         self.add(first)
@@ -185,7 +185,7 @@ class Watcher:
                 now = time.monotonic()
                 if now >= next_beat:
                     self._beat()
-                    next_beat = now + _beat_interval()
+                    next_beat = now + defaults.HEARTBEAT_INTERVAL
                 if self.jobs:
                     idle_since = None
                 elif self.control.terminated or not taking:
@@ -382,12 +382,6 @@ def _more_descriptors() -> None:
         if soft < want:
             limit = want if hard == resource.RLIM_INFINITY else min(hard, want)
             resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, limit), hard))
-
-
-def _beat_interval() -> float:
-    from ferry import defaults
-
-    return defaults.HEARTBEAT_INTERVAL
 
 
 def _drain(fd: int) -> None:
