@@ -54,6 +54,7 @@ class Member:
     proc: subprocess.Popen[bytes]
     pidfd: int | None = None
     code: int | None = None  # once its main process has ended and been reaped
+    ended_at: float | None = None  # (wall clock) when it was reaped
     tail: list[str] = field(default_factory=list)  # its last lines, for a failure reason
 
     @property
@@ -235,6 +236,7 @@ class Processes:
                 member.proc.returncode = os.waitstatus_to_exitcode(status)
             code = member.proc.returncode
             member.code = code if code is not None else -signal.SIGKILL
+            member.ended_at = time.time()
             if usage is not None:
                 self.cpu_seconds += usage.ru_utime + usage.ru_stime
                 self.peak_rss = max(self.peak_rss, rss_bytes(usage.ru_maxrss))

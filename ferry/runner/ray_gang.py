@@ -15,8 +15,8 @@ It runs inside the Ray job (it imports Ray, which the cluster has) and
    sends SIGTERM to its runner, which stops its ranks (SIGKILL after the grace);
 5. stops the gang when a node's runner fails, and when a node dies (the attempt then
    counts as preempted: the job resumes from its checkpoint);
-6. records the gang's end in the run folder: the first failing node's exit code and
-   reason, or the node that died.
+6. records the gang's end in the run folder: the node that died, or the exit code and
+   reason of the node whose rank failed first (by the time its runner recorded).
 
 Each node's runner records its own share in ``node-<i>/`` (log, metrics, events, its
 outputs listing), which the controller reads beside this folder.
@@ -181,13 +181,16 @@ def _follow(
     folder: str, tasks: list[Any], record: RunFolderWriter, asked: list[int]
 ) -> tuple[int | None, str, str | None]:
     """Until every node's runner has ended: the notice to all, a failing or lost node
-    stopping the others. Returns the gang's (exit code, outcome, reason)."""
+    stopping the others. Returns the gang's (exit code, outcome, reason): a lost node's
+    (the others' failures follow from it), else the node whose rank failed first. (The
+    node seen failing first need not be it: a rank that leaves makes its peers fail
+    within milliseconds, and their node's runner may end sooner than its own.)"""
     import ray
 
     pending = list(tasks)
     index = {task: node for node, task in enumerate(tasks)}
     cancelled: set[Any] = set()
-    first: tuple[int, str, int | None, str] | None = None  # node, how, code, reason
+    failures: dict[int, tuple[str, int | None, str, float]] = {}  # how, code, reason, when
 
     def stop_others(why: str) -> None:
         with contextlib.suppress(Exception):  # (the record may fail: the notice may not)
@@ -203,24 +206,30 @@ def _follow(
             done, pending = ray.wait(pending, num_returns=1, timeout=1.0)
             for task in done:
                 node = index[task]
+                first = not failures
                 try:
                     ray.get(task)
                 except Exception as exc:  # its node died, or its worker was killed
                     if task in cancelled:  # (stopped here: its runner recorded its end)
+                        _failed_of_itself(folder, node, failures)
                         continue
-                    if first is None:
-                        why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-                        first = (node, "lost", None, why)
+                    why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+                    failures[node] = ("lost", None, why, time.time())
+                    if first:
                         stop_others(f"node {node} was lost")
                     continue
+                if task in cancelled:  # (it may have failed before it was stopped)
+                    _failed_of_itself(folder, node, failures)
+                    continue
                 state = RunFolderReader(node_folder(folder, node)).state()
-                ok = state is not None and state.outcome == EXITED and state.exit_code == 0
-                if not ok and first is None and task not in cancelled:
-                    code = state.exit_code if state is not None else None
-                    reason = (state.reason if state is not None else None) or "no end recorded"
-                    first = (node, "failed", code, reason)
-                    if pending:
-                        stop_others(f"node {node} failed")
+                if state is not None and state.outcome == EXITED and state.exit_code == 0:
+                    continue
+                code = state.exit_code if state is not None else None
+                reason = (state.reason if state is not None else None) or "no end recorded"
+                when = (state.failed_at if state is not None else None) or time.time()
+                failures[node] = ("failed", code, reason, when)
+                if first and pending:
+                    stop_others(f"node {node} failed")
             if asked and any(task not in cancelled for task in pending):
                 stop_others("notice (SIGTERM)")
             if time.monotonic() - last_beat >= 2:
@@ -234,9 +243,11 @@ def _follow(
         with contextlib.suppress(Exception):
             ray.wait(pending, num_returns=len(pending), timeout=60)
         raise
-    if first is None:
+    if not failures:
         return 0, EXITED, None
-    node, how, code, said = first
+    node, (how, code, said, _) = min(
+        failures.items(), key=lambda item: (item[1][0] != "lost", item[1][3])
+    )
     if how == "lost" and not asked:
         return None, PREEMPTED, f"node {node} of the gang was lost ({said})"
     if how == "lost":
@@ -244,6 +255,17 @@ def _follow(
     if code is None:
         return None, PROVIDER_FAILED, f"node {node}: {said}"
     return code, EXITED, f"node {node}: {said}"
+
+
+def _failed_of_itself(
+    folder: str, node: int, failures: dict[int, tuple[str, int | None, str, float]]
+) -> None:
+    """A stopped node whose rank had failed before the stop reached it: a failure too."""
+    with contextlib.suppress(Exception):
+        state = RunFolderReader(node_folder(folder, node)).state()
+        if state is not None and state.ended and state.failed_at is not None:
+            reason = state.reason or "no reason recorded"
+            failures[node] = ("failed", state.exit_code, reason, state.failed_at)
 
 
 if __name__ == "__main__":

@@ -73,6 +73,9 @@ class RunState:
     cpu_seconds: float | None = None
     peak_rss: float | None = None
     said: str | None = None  # what the script wrote of its failure (FERRY_FAILURE_FILE)
+    # (wall clock) when the failing rank ended, where it failed of itself (before any
+    # notice): a gang over several nodes names the node that failed first as its cause
+    failed_at: float | None = None
     format: int = FORMAT
 
     def to_json(self) -> bytes:

@@ -277,7 +277,9 @@ def run_attempt(
     try:
         pids = [m.pid for m in procs.members]
         record.beat(RUNNING, pids=pids)
-        failed = _watch(procs, order, notice, record, pids, machine.tick if machine else None)
+        failed, unprompted = _watch(
+            procs, order, notice, record, pids, machine.tick if machine else None
+        )
     except BaseException:  # (a full disk): nothing is left running for the next attempt
         procs.kill()
         if machine is not None:
@@ -304,6 +306,7 @@ def run_attempt(
         cpu_seconds=procs.cpu_seconds,
         peak_rss=procs.peak_rss,
         said=said,
+        failed_at=failed.ended_at if failed is not None and unprompted else None,
     )
 
 
@@ -314,10 +317,12 @@ def _watch(
     record: RunFolderWriter,
     pids: list[int],
     tick: Callable[[], None] | None = None,
-) -> Member | None:
+) -> tuple[Member | None, bool]:
     """Until every process has ended: deliver the notice, stop the gang when a rank fails,
-    kill after the grace, beat. Returns the first member that failed, if any."""
+    kill after the grace, beat. Returns the first member that failed, if any, and whether
+    it failed of itself (before any notice)."""
     failed: Member | None = None
+    unprompted = False
     kill_at: float | None = None
     next_beat = time.monotonic() + defaults.HEARTBEAT_INTERVAL
     gang = order.world_size > 1
@@ -340,6 +345,7 @@ def _watch(
         for member in ended:
             if member.code and failed is None:
                 failed = member
+                unprompted = not notice.asked
                 if gang and kill_at is None and procs.running():
                     record.event(
                         f"rank {member.rank} failed ({describe_exit(member.code)}): stopping "
@@ -355,7 +361,7 @@ def _watch(
                 tick()
             record.beat(RUNNING, pids=pids)
             next_beat = now + defaults.HEARTBEAT_INTERVAL
-    return failed
+    return failed, unprompted
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -102,11 +102,14 @@ def test_a_gang_gets_torchruns_variables_and_one_log(tmp_path: Path) -> None:
 
 def test_a_failing_rank_stops_the_others_and_is_named(tmp_path: Path) -> None:
     folder = _order(tmp_path, ["wait", "fail3", "wait"], procs=3, grace=30)
-    started = time.monotonic()
+    started, wall = time.monotonic(), time.time()
     assert _start(folder).wait(60) == 0
     assert time.monotonic() - started < 20  # the others took the notice, not the grace
     state = _state(folder)
     assert state.exit_code == 3
+    # it failed of itself: when (a gang over nodes names the node that failed first)
+    assert state.failed_at is not None and state.ended_at is not None
+    assert wall + 0.3 <= state.failed_at <= state.ended_at
     assert state.reason is not None
     assert state.reason.startswith("rank 1: exit code 3 (last log lines:")
     assert "something broke" in state.reason
@@ -139,6 +142,7 @@ def test_a_rank_that_ignores_the_notice_is_killed_after_the_grace(tmp_path: Path
     assert runner.wait(30) == 0
     state = _state(folder)
     assert state.exit_code == -signal.SIGKILL
+    assert state.failed_at is None  # its end came from the notice: not a failure of its own
     assert state.reason is not None and state.reason.startswith("exit code 137 (SIGKILL)")
     assert "out of memory" not in state.reason  # it was the runner's own SIGKILL
     assert "ignoring the notice" in state.reason
