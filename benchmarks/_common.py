@@ -201,6 +201,7 @@ def wait_for_jobs(
     """
     from ferry import defaults
     from ferry.controller import reconcile
+    from ferry.followers import start as follow
     from ferry.status import JobStatus
     from ferry.store import open_store
 
@@ -220,7 +221,7 @@ def wait_for_jobs(
             if len(records) == len(wanted):
                 return records, True
         if now - reconciled >= defaults.HEARTBEAT_INTERVAL:
-            reconcile(store)
+            reconcile(store, start=follow)
             reconciled = now
         if now - start >= timeout or now - last_change >= stall:
             records = {j.id: j for j in store.list_jobs(None, None) if j.id in wanted}
@@ -253,6 +254,7 @@ def stop_leftovers() -> None:
     import signal
 
     from ferry.controller import cancel
+    from ferry.followers import start
     from ferry.status import ACTIVE, JobStatus
     from ferry.store import open_store
 
@@ -263,7 +265,7 @@ def stop_leftovers() -> None:
     log(f"stopping {len(unfinished)} job(s) left unfinished")
     for job in unfinished:
         try:
-            cancel(store, job)
+            cancel(store, job, start=start)
         except Exception as exc:  # a broken store must not stop the clean-up
             log(f"cancel {job.id}: {exc}")
     end = time.monotonic() + 15

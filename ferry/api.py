@@ -56,8 +56,9 @@ class Job:
         record = self.record
         if record.status.is_active():
             from ferry.controller import reconcile
+            from ferry.followers import start
 
-            reconcile(self._store)
+            reconcile(self._store, start=start)
             record = self.record
         return record.status
 
@@ -143,8 +144,9 @@ class Job:
     def cancel(self) -> JobStatus:
         """Ask the job to stop; returns the status right after asking."""
         from ferry.controller import cancel
+        from ferry.followers import start
 
-        return cancel(self._store, self.record).status
+        return cancel(self._store, self.record, start=start).status
 
     def __repr__(self) -> str:
         return f"<ferry.Job {self.id} {self.record.status.value}>"
@@ -188,6 +190,7 @@ def submit(spec: JobSpec | dict[str, Any] | str | Path | None = None, **fields: 
             ``resources={"accelerator": "A100:1"}``).
     """
     from ferry.controller import submit as controller_submit
+    from ferry.followers import start
     from ferry.spec import JobSpec, load_spec, merge, spec_from_dict
 
     if isinstance(spec, JobSpec):
@@ -197,7 +200,7 @@ def submit(spec: JobSpec | dict[str, Any] | str | Path | None = None, **fields: 
     else:
         resolved = spec_from_dict(merge(spec or {}, fields))
     store = shared_store()
-    record = controller_submit(resolved, store=store)
+    record = controller_submit(resolved, start=start, store=store)
     return Job(record.id, store)
 
 

@@ -3,7 +3,7 @@
 A supervisor whose job ended, and which found no queued job to go on with, waits
 ``local.linger`` (2 s by default) for a new one before it ends: it listens on
 ``FERRY_HOME/run/idle-<identity>-<pid>.sock``. A process about to start a supervisor for a
-job it admitted (:func:`ferry.supervisor.spawn_supervisor`) hands the job to such a
+job it admitted (:func:`ferry.supervisor.start`) hands the job to such a
 supervisor when there is one. When tiny jobs come one after another (a sweep, a script
 submitting in a loop), that spares a process per job: the fork of a large process, the new
 process's start and its end cost more than supervising a tiny job.

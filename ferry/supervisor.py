@@ -1,4 +1,6 @@
-"""The detached supervisor process: it runs one job at a time.
+"""The detached supervisor process: it runs one job at a time, a job whose attempts run on
+this machine (a job that runs elsewhere is followed by :mod:`ferry.watcher`; what to start
+for a job is :func:`ferry.followers.start`'s choice).
 
 It runs in its own session (closing the terminal does not touch it), writes its own errors
 to ``<job dir>/supervisor.log``, and runs :func:`ferry.controller.supervise`. When its job
@@ -11,6 +13,9 @@ ferry.supervisor JOB`` (Jupyter kernels and other threaded hosts, where forking 
 ``ferry run`` forks one before it even validates the spec (:func:`start_standby`): that
 supervisor imports what it needs while the command imports pydantic and submits, then is
 handed the job, or ends with the command if there is none for it.
+
+The watcher starts and runs the same way, with the helpers here (:func:`detach`,
+:func:`quiet_descriptors`, :func:`execute`, :func:`write_to`, :func:`install_signals`).
 """
 
 from __future__ import annotations
@@ -31,8 +36,6 @@ from ferry.store import Job, Store
 
 if TYPE_CHECKING:
     from ferry.controller import Control
-
-SUPERVISOR_LOG = "supervisor.log"
 
 
 # The modules a supervisor imports on its way to starting the job's command: a standby
@@ -56,7 +59,7 @@ _standby: int | None = None  # the pipe to this process's standby supervisor, un
 
 def start_standby() -> None:
     """Fork a supervisor that prepares itself while this process submits a job, and waits
-    for :func:`spawn_supervisor` to hand it one (``ferry run``, before its slow imports).
+    for :func:`start` to hand it one (``ferry run``, before its slow imports).
     It ends by itself when this process hands it nothing (an invalid spec, a queued job)."""
     global _standby
     if _standby is not None or threading.active_count() != 1 or not hasattr(os, "fork"):
@@ -66,13 +69,13 @@ def start_standby() -> None:
     if waiting():  # a supervisor whose job just ended will take the job
         return
     wait_read, wait_write = os.pipe()
-    if _detach():
+    if detach():
         os.close(wait_read)
         _standby = wait_write
         return
     try:
         os.close(wait_write)
-        _quiet_descriptors(keep=wait_read)
+        quiet_descriptors(keep=wait_read)
         prepare_launch()
         with os.fdopen(wait_read, "rb") as wait:
             handed = wait.read().decode().split("\n")
@@ -92,16 +95,14 @@ def release_standby() -> None:
         _standby = None
 
 
-def spawn_supervisor(job: Job) -> None:
-    """Start a detached supervisor for an admitted job (the standby one, if waiting)."""
+def start(job: Job) -> None:
+    """Have a supervisor of its own follow an admitted job: one whose job just ended takes
+    it, else the standby one, else a new one. (A job that runs elsewhere goes to the
+    watcher, :func:`ferry.followers.start`; a supervisor would follow it too, alone.)"""
     global _standby
+    from ferry.controller.jobs import SUPERVISOR_LOG
     from ferry.handoff import hand
-    from ferry.watcher import follow, follows
 
-    if follows(job):  # its attempts run elsewhere: a watcher follows it with others
-        release_standby()
-        follow(job)
-        return
     if hand(job.id):  # a supervisor whose job just ended takes it
         release_standby()
         return
@@ -156,10 +157,10 @@ def prepare_launch() -> None:
 
 
 def _fork_supervisor(job_id: str, log_path: Path) -> None:
-    if _detach():
+    if detach():
         return
     try:
-        _quiet_descriptors()
+        quiet_descriptors()
         code = _supervise_forked(job_id, log_path)
     except BaseException:
         traceback.print_exc()
@@ -167,7 +168,7 @@ def _fork_supervisor(job_id: str, log_path: Path) -> None:
     os._exit(code)
 
 
-def _detach() -> bool:
+def detach() -> bool:
     """Fork a detached process; True in this one, False in the new one (never returns
     there: it must end with ``os._exit``).
 
@@ -202,7 +203,7 @@ def _detach() -> bool:
     return False
 
 
-def _quiet_descriptors(keep: int = -1) -> None:
+def quiet_descriptors(keep: int = -1) -> None:
     """Read nothing, write nowhere yet, and drop the submitter's other descriptors (pipes of
     whoever runs it must see EOF). Objects that own them stay referenced and are never
     finalized: a forked supervisor ends with ``os._exit``."""
@@ -245,7 +246,7 @@ def run(job_id: str) -> int:
 
     name_this_process(SUPERVISOR_NAME)
     library_logs("log")  # the storage libraries' warnings go to supervisor.log, with times
-    control = _install_signals()
+    control = install_signals()
     store = open_store()
     code = 0
     current: str | None = job_id
@@ -276,7 +277,10 @@ def run(job_id: str) -> int:
     return code
 
 
-def _install_signals() -> Control:
+def install_signals() -> Control:
+    """This process's signals as a supervisor's (and the watcher's): SIGUSR1 wakes it
+    (``woken``), SIGTERM and SIGINT ask it to stop (``terminated``), SIGHUP is ignored;
+    each also writes to the returned control's ``wake_read`` pipe."""
     from ferry.controller import Control
 
     wake_read, wake_write = os.pipe()
@@ -314,59 +318,46 @@ def _record_crash(job_id: str, exc: Exception) -> None:
 
 
 def end_crashed(job_id: str, exc: Exception) -> None:
-    """End a job whose supervision failed with ``exc``: its attempts failed (one elsewhere
-    stopped there), the job FAILED pointing at its supervisor log."""
-    from ferry.controller.jobs import _finish_job
-    from ferry.errors import TransitionError
-    from ferry.status import AttemptStatus, JobStatus
+    """End a job whose supervision failed (:func:`ferry.controller.jobs.end_crashed`),
+    saying on this process's output what failed instead, when the store is what failed."""
+    from ferry.controller.jobs import end_crashed as end
     from ferry.store import open_store
 
     try:
-        store = open_store()
-        job = store.get_job(job_id)
-        for attempt in store.attempts(job_id):
-            if not attempt.status.is_terminal():
-                if attempt.backend != "local":  # an attempt elsewhere: ended there too
-                    with contextlib.suppress(Exception):
-                        from ferry.backends.registry import get_backend
-
-                        get_backend(attempt.backend).cancel(job, attempt.number, attempt.handle)
-                store.update_attempt(
-                    job_id,
-                    attempt.number,
-                    status=AttemptStatus.FAILED,
-                    ended_at=time.time(),
-                    reason=f"supervisor failed: {exc}",
-                )
-        _finish_job(
-            store,
-            job_id,
-            JobStatus.FAILED,
-            f"supervisor failed: {exc} (details in {Path(job.job_dir) / SUPERVISOR_LOG})",
-        )
-    except (TransitionError, Exception):  # the store itself may be what failed
+        end(open_store(), job_id, exc)
+    except Exception:  # (the store itself, a job ended meanwhile)
         traceback.print_exc()
 
 
 def _next_job(store: Store, job_id: str, adopt: bool) -> str | None:
-    """The job ended: admit queued jobs into the room it held. With ``adopt``, return the
-    first of them for this process to supervise next (its output now goes to that job's
-    supervisor log); the others get supervisors of their own."""
+    """The job ended: admit queued jobs into the room it held (jobs of its backend: jobs
+    that run here). With ``adopt``, return the first of them for this process to supervise
+    next (its output now goes to that job's supervisor log); the others get supervisors of
+    their own."""
     from ferry.controller import schedule
 
+    kept: list[Job] = []
+
+    def start_or_keep(job: Job) -> None:
+        if adopt and not kept:
+            kept.append(job)
+        else:
+            start(job)
+
     try:
-        admitted = schedule(store, store.get_job(job_id).backend, adopt=adopt)
-    except Exception:
+        schedule(store, store.get_job(job_id).backend, start=start_or_keep)
+    except Exception:  # (one kept before the failure is still this process's to follow)
         traceback.print_exc()
+    if not kept:
         return None
-    if not adopt or not admitted:
-        return None
-    _log_to(admitted[0].id, store, admitted[0])
-    return admitted[0].id
+    _log_to(kept[0].id, store, kept[0])
+    return kept[0].id
 
 
 def _log_to(job_id: str, store: Store, job: Job | None = None) -> None:
     """Write this supervisor's output to the supervisor log of the job it goes on with."""
+    from ferry.controller.jobs import SUPERVISOR_LOG
+
     job = job or store.get_job(job_id)
     log = os.open(Path(job.job_dir) / SUPERVISOR_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(log, 1)

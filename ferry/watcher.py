@@ -72,7 +72,7 @@ def follow(job: Job) -> None:
 def start(job_id: str) -> None:
     """Start a watcher whose first job is ``job_id``."""
     from ferry.handoff import WATCHER, Desk
-    from ferry.supervisor import _detach, _quiet_descriptors, execute
+    from ferry.supervisor import detach, execute, quiet_descriptors
 
     log_path = _log_path()
     if threading.active_count() == 1 and hasattr(os, "fork"):
@@ -81,7 +81,7 @@ def start(job_id: str) -> None:
         desk = Desk(WATCHER)
         desk.open()
         try:
-            detached = _detach()
+            detached = detach()
         except BaseException:
             desk.close()
             raise
@@ -89,7 +89,7 @@ def start(job_id: str) -> None:
             desk.leave()
             return
         try:
-            _quiet_descriptors(keep=desk.fileno())
+            quiet_descriptors(keep=desk.fileno())
             code = _run_logged(job_id, log_path, desk)
         except BaseException:
             code = 1
@@ -133,13 +133,13 @@ def run(job_id: str, desk: Desk | None = None) -> int:
     from ferry.procs import SUPERVISOR_NAME, name_this_process
     from ferry.storage.logs import library_logs
     from ferry.store import open_store
-    from ferry.supervisor import _install_signals
+    from ferry.supervisor import install_signals
 
     # named as supervisors are: a local job's clean-up spares it
     name_this_process(SUPERVISOR_NAME)
     library_logs("log")
     _more_descriptors()
-    watcher = Watcher(open_store(), _install_signals())
+    watcher = Watcher(open_store(), install_signals())
     code = watcher.serve(job_id, desk)
     from ferry.telemetry.notify import finish_all
 
@@ -314,15 +314,17 @@ class Watcher:
         following failed, and so did recording that: a store that failed), it is ended
         as a failed supervisor's job is. False while that cannot be written (tried again
         at the next beat): while the watcher runs, nothing else would see it lost."""
-        from ferry.supervisor import end_crashed
+        from ferry.controller.jobs import end_crashed
 
         try:
             job = self.store.get_job(job_id)
             if not self._mine(job):
                 return True
-            end_crashed(job_id, RuntimeError("following it ended without recording its end"))
+            why = RuntimeError("following it ended without recording its end")
+            end_crashed(self.store, job_id, why)
             return not self._mine(self.store.get_job(job_id))
         except Exception:
+            traceback.print_exc()
             return False
 
     @staticmethod
@@ -336,16 +338,21 @@ class Watcher:
         )
 
     def _admit_after(self, job_id: str) -> None:
+        """Admit queued jobs into the room ``job_id`` held: jobs of its backend, which run
+        elsewhere, followed here (one that does not would get a supervisor of its own)."""
+        from ferry import supervisor
         from ferry.controller import schedule
 
-        try:  # (jobs this watcher does not follow get supervisors of their own)
-            admitted = schedule(self.store, self.store.get_job(job_id).backend, keep=follows)
-        except Exception:
-            traceback.print_exc()
-            return
-        for job in admitted:
+        def take(job: Job) -> None:
             if follows(job):
                 self._take(job.id)
+            else:
+                supervisor.start(job)
+
+        try:
+            schedule(self.store, self.store.get_job(job_id).backend, start=take)
+        except Exception:
+            traceback.print_exc()
 
     def _beat(self) -> None:
         """The heartbeat of every job followed here, in one write."""
@@ -392,7 +399,8 @@ def _drain(fd: int) -> None:
 def _crashed(job_id: str, exc: Exception) -> None:
     """A job's supervision failed: the traceback to its supervisor log as well as the
     watcher's, then the job is ended (its attempt elsewhere stopped)."""
-    from ferry.supervisor import SUPERVISOR_LOG, end_crashed
+    from ferry.controller.jobs import SUPERVISOR_LOG
+    from ferry.supervisor import end_crashed
 
     text = traceback.format_exc()
     with contextlib.suppress(Exception):  # (a full disk: the job is still ended below)

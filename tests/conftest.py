@@ -68,13 +68,14 @@ _CANCEL_ALL = """
 import time
 from ferry.store import open_store
 from ferry.controller import cancel, reconcile
+from ferry.followers import start
 from ferry.status import ACTIVE, JobStatus
 s = open_store()
 for j in s.list_jobs([JobStatus.QUEUED, *ACTIVE]):
-    cancel(s, j)
+    cancel(s, j, start=start)
 end = time.time() + 30
 while time.time() < end and s.list_jobs([JobStatus.QUEUED, *ACTIVE]):
-    reconcile(s)
+    reconcile(s, start=start)
     time.sleep(0.1)
 """
 

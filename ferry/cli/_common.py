@@ -63,6 +63,7 @@ def live_view(store: Store, render: Callable[[], Any], every: float, once: bool 
     from rich.live import Live
 
     from ferry.controller import reconcile
+    from ferry.followers import start
 
     console = Console()
     if once:
@@ -72,17 +73,18 @@ def live_view(store: Store, render: Callable[[], Any], every: float, once: bool 
     with live, contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends the view
         while True:
             time.sleep(every)
-            reconcile(store)
+            reconcile(store, start=start)
             live.update(render(), refresh=True)
 
 
 def store_now() -> Store:
     """The job store, with lost supervisors already noticed."""
     from ferry.controller import reconcile
+    from ferry.followers import start
     from ferry.store import open_store
 
     store = open_store()
-    reconcile(store)
+    reconcile(store, start=start)
     return store
 
 

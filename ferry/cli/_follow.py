@@ -101,6 +101,7 @@ def _follow(
     ranks: Ranks,
 ) -> Job:
     from ferry.controller import reconcile
+    from ferry.followers import start
 
     current: Attempt | None = None
     offset = 0
@@ -158,7 +159,7 @@ def _follow(
             return job
         if time.monotonic() - last_check > defaults.HEARTBEAT_INTERVAL:
             last_check = time.monotonic()
-            reconcile(store)
+            reconcile(store, start=start)
         time.sleep(defaults.FOLLOW_POLL)
 
 

@@ -83,10 +83,11 @@ def _install() -> int:
 def _look(store: Any) -> None:
     """One pass: resume lost jobs, admit queued ones; say what changed."""
     from ferry.controller import reconcile, supervisor_alive
+    from ferry.followers import start
     from ferry.status import ACTIVE
 
     lost = [j for j in store.list_jobs(ACTIVE) if j.backend == "local" and not supervisor_alive(j)]
-    reconcile(store)
+    reconcile(store, start=start)
     for job in lost:
         now = store.get_job(job.id)
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")

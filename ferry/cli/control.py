@@ -55,6 +55,7 @@ def register(subparsers: Any) -> None:
 
 def cancel(args: argparse.Namespace) -> int:
     from ferry.controller import cancel as cancel_job
+    from ferry.followers import start
 
     store = store_now()
     jobs = [find_job(store, ref) for ref in args.jobs]
@@ -62,7 +63,7 @@ def cancel(args: argparse.Namespace) -> int:
         if job.status.is_terminal():
             eprint(f"ferry: {job.id} already ended ({job.status.value})")
             continue
-        after = cancel_job(store, job)
+        after = cancel_job(store, job, start=start)
         eprint(f"ferry: {job.id} {after.status.value}")
     if args.wait:
         _wait_all(store, [j.id for j in jobs], None)
@@ -81,6 +82,7 @@ def preempt(args: argparse.Namespace) -> int:
 
 def _wait_all(store: Any, ids: list[str], timeout: float | None) -> list[Any]:
     from ferry.controller import reconcile
+    from ferry.followers import start
 
     end = None if timeout is None else time.monotonic() + timeout
     last = time.monotonic()
@@ -95,7 +97,7 @@ def _wait_all(store: Any, ids: list[str], timeout: float | None) -> list[Any]:
                 "wait longer, or cancel it with: ferry cancel " + running[0].id,
             )
         if time.monotonic() - last > 2:
-            reconcile(store)
+            reconcile(store, start=start)
             last = time.monotonic()
         time.sleep(0.05)
 

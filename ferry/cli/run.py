@@ -220,6 +220,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.dry_run:
         supervisor.start_standby()  # it gets ready to run the job while this one submits it
     from ferry.controller import exit_status, submit
+    from ferry.followers import start
     from ferry.spec import load_spec
 
     spec = load_spec(args.spec, overrides_from(args, args.command))
@@ -229,7 +230,7 @@ def run(args: argparse.Namespace) -> int:
 
     store = open_store()
     _price_check(spec, store, args.yes)
-    job = submit(spec, store=store)
+    job = submit(spec, start=start, store=store)
     supervisor.release_standby()  # (when the job waits in the queue)
     gc.freeze()
     gc.enable()  # following a job for days makes garbage
@@ -248,6 +249,7 @@ def run(args: argparse.Namespace) -> int:
 def _follow_with_interrupts(store: Any, job_id: str) -> Any:
     from ferry.cli._follow import follow
     from ferry.controller import cancel
+    from ferry.followers import start
 
     presses = 0
 
@@ -265,7 +267,7 @@ def _follow_with_interrupts(store: Any, job_id: str) -> Any:
             eprint(f"\nferry: cancelling {job_id} (Ctrl-C again to stop watching; it still stops)")
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
             try:
-                cancel(store, store.get_job(job_id))
+                cancel(store, store.get_job(job_id), start=start)
             finally:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 

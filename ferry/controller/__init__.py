@@ -1,10 +1,12 @@
 """One job's life: submission, admission, attempts, retries, limits, cancel and recovery
 of lost supervisors.
 
-This package is the only writer of a job's status. :func:`submit` stores a job and starts a
-supervisor for it when the backend has room; :func:`supervise` is what that detached
-supervisor runs; :func:`reconcile` (called by every ``ferry`` command) turns a supervisor
-that vanished into a lost attempt; :func:`schedule` admits queued jobs.
+This package is the only writer of a job's status. :func:`submit` stores a job and, when
+the backend has room, has it followed (by the :data:`Starter` its caller hands it: a
+supervisor of its own, or the watcher); :func:`supervise` is what follows it;
+:func:`reconcile` (called by every ``ferry`` command) turns a supervisor that vanished into
+a lost attempt; :func:`schedule` admits queued jobs. It starts no process itself: the
+processes that run it (:mod:`ferry.supervisor`, :mod:`ferry.watcher`) sit above it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ferry.controller.jobs import (
     LAUNCH_FILE,
+    Starter,
     cancel,
     exit_status,
     jobs_root,
@@ -42,6 +45,7 @@ __all__ = [
     "LAUNCH_FILE",
     "STAGING_FILE",
     "Control",
+    "Starter",
     "cancel",
     "describe_exit",
     "exit_status",

@@ -1,5 +1,11 @@
 """A job's life outside its attempts: submission, admission, cancel, and noticing lost
-supervisors. With :mod:`.attempts`, the only writer of a job's status."""
+supervisors. With :mod:`.attempts`, the only writer of a job's status.
+
+The controller decides; it starts no process. Whatever admits or claims a job (submit,
+schedule, cancel, reconcile) is handed a :data:`Starter` by its caller, which starts what
+follows the job: the CLI and the API hand :func:`ferry.followers.start` (a supervisor of
+its own, or the watcher), a supervisor and the watcher hand their own.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ import re
 import shutil
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,13 +29,16 @@ from ferry.store.base import IdTaken
 from ferry.units import expand_home
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from ferry.spec import JobSpec
 
 _S = JobStatus
 _SLUG_RE = re.compile(r"[^a-z0-9]+")
 LAUNCH_FILE = "launch.json"  # private (0600): the submitter's environment and secret values
+SUPERVISOR_LOG = "supervisor.log"  # in the job folder: what followed the job wrote
+
+# Starts what follows an admitted (or claimed) job; raises when it cannot (that job then
+# fails, saying why; the others still start).
+Starter = Callable[[Job], None]
 
 
 # ---------------------------------------------------------------------------------------
@@ -76,12 +86,17 @@ def _check_telemetry(spec: JobSpec, environ: dict[str, str]) -> JobSpec:
 
 
 def submit(
-    spec: JobSpec, *, store: Store | None = None, environ: dict[str, str] | None = None
+    spec: JobSpec,
+    *,
+    start: Starter,
+    store: Store | None = None,
+    environ: dict[str, str] | None = None,
 ) -> Job:
     """Store a job, snapshot its code, and start it when its backend has room.
 
     Args:
         spec: the validated job spec.
+        start: starts what follows each job admitted now (:func:`ferry.followers.start`).
         store: the job store (default: the one under FERRY_HOME).
         environ: the environment the job starts from (default: this process's). Secret
             values are read from it now and kept only in the job's private folder.
@@ -129,7 +144,7 @@ def submit(
         )
     name = spec.job_name()
     spec = spec.with_defaults(name=name, backend=backend_name).with_absolute_paths(Path.cwd())
-    reconcile(store, admit=False)  # admission follows below, with this job in the queue
+    reconcile(store, start=start, admit=False)  # (admission follows, this job queued)
 
     root = jobs_root()
     staging = root / f".incoming-{os.urandom(6).hex()}"
@@ -157,7 +172,7 @@ def submit(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    schedule(store, backend_name)
+    schedule(store, backend_name, start=start)
     return store.get_job(job.id)
 
 
@@ -207,30 +222,17 @@ def _store_job(
 # Admission
 
 
-def schedule(
-    store: Store,
-    backend_name: str = "local",
-    *,
-    adopt: bool = False,
-    keep: Callable[[Job], bool] | None = None,
-) -> list[Job]:
-    """Admit the queued jobs that fit now and start a supervisor for each.
-
-    With ``adopt`` (a supervisor whose job just ended), the first admitted job is left for
-    the caller to supervise itself, which saves starting a process per job; with ``keep``
-    (a watcher), so is every admitted job it says yes to.
-    """
+def schedule(store: Store, backend_name: str, *, start: Starter) -> list[Job]:
+    """Admit the queued jobs of ``backend_name`` that fit now, and have ``start`` follow
+    each (a supervisor whose job just ended keeps the first for itself, which saves a
+    process per job; the watcher keeps them all). Returns the jobs admitted."""
     from ferry.backends.registry import get_backend
 
     backend = get_backend(backend_name)
     admitted = store.admit(backend.admit, backend_name)
-    for index, job in enumerate(admitted):
-        if (adopt and index == 0) or (keep is not None and keep(job)):
-            continue
+    for job in admitted:
         try:
-            from ferry.supervisor import spawn_supervisor
-
-            spawn_supervisor(job)
+            start(job)
         except Exception as exc:  # (that job fails; the others still start)
             _finish_job(store, job.id, _S.FAILED, f"could not start its supervisor: {exc}")
     return admitted
@@ -240,15 +242,16 @@ def schedule(
 # Cancel
 
 
-def cancel(store: Store, job: Job) -> Job:
-    """Ask a job to stop: a queued job is cancelled at once, a running one is stopped by its
-    supervisor (SIGTERM, grace, SIGKILL)."""
+def cancel(store: Store, job: Job, *, start: Starter) -> Job:
+    """Ask a job to stop: a queued job is cancelled at once (``start`` follows the jobs
+    its room then admits), a running one is stopped by its supervisor (SIGTERM, grace,
+    SIGKILL)."""
     if job.status.is_terminal() or job.status is _S.CANCELLING:
         return job
     if job.status is _S.QUEUED:
         try:
             job = _finish_job(store, job.id, _S.CANCELLED, "cancelled while queued", {_S.QUEUED})
-            schedule(store, job.backend)  # it may have held back jobs queued behind it
+            schedule(store, job.backend, start=start)  # (it may have held back others)
             return job
         except TransitionError:
             job = store.get_job(job.id)  # admitted meanwhile: stop it like a running one
@@ -373,7 +376,7 @@ def submitted_env(job: Job) -> dict[str, str] | None:
     return env
 
 
-def _resume(store: Store, job: Job, last: Attempt | None) -> Job | None:
+def _resume(store: Store, job: Job, last: Attempt | None, start: Starter) -> Job | None:
     """Claim a job whose supervisor was lost (kill -9, a reboot) and give it a new
     supervisor, which starts a new attempt from the latest checkpoint; like a preemption,
     it counts against retries.on_preemption. Returns the job resumed, or None when it
@@ -393,7 +396,7 @@ def _resume(store: Store, job: Job, last: Attempt | None) -> Job | None:
     if resumed is None:
         return job  # claimed (or finished) by someone else meanwhile: theirs to handle
     _lost_attempt(store, job, last)
-    _new_supervisor(store, resumed)
+    _new_supervisor(store, resumed, start)
     return resumed
 
 
@@ -416,13 +419,11 @@ def _claim(store: Store, job: Job, reason: str, **fields: Any) -> Job | None:
         return None
 
 
-def _new_supervisor(store: Store, job: Job) -> bool:
+def _new_supervisor(store: Store, job: Job, start: Starter) -> bool:
     """Start a supervisor for a claimed job; fails the job (False) when none starts."""
-    from ferry.supervisor import spawn_supervisor
-
     try:
-        spawn_supervisor(job)
-    except OSError as exc:
+        start(job)
+    except Exception as exc:
         _finish_job(store, job.id, _S.FAILED, f"could not start a new supervisor: {exc}")
         return False
     return True
@@ -444,7 +445,7 @@ def followable(last: Attempt | None) -> bool:
         return False
 
 
-def _follow_again(store: Store, job: Job, last: Attempt | None) -> Job | None:
+def _follow_again(store: Store, job: Job, last: Attempt | None, start: Starter) -> Job | None:
     """A job whose supervisor was lost while its attempt ran elsewhere (a Ray job runs on
     without it): a new supervisor follows that attempt again, which costs no retry.
     Returns the job, or None when its attempt is not one to follow (the caller resumes or
@@ -458,7 +459,7 @@ def _follow_again(store: Store, job: Job, last: Attempt | None) -> Job | None:
     claimed = _claim(store, job, f"supervisor lost; following attempt {last.number} again")
     if claimed is None:
         return job  # claimed (or finished) by someone else meanwhile
-    if not _new_supervisor(store, claimed):
+    if not _new_supervisor(store, claimed, start):
         with contextlib.suppress(FerryError):
             get_backend(last.backend).cancel(job, last.number, last.handle)
     return claimed
@@ -480,11 +481,12 @@ def _lost_attempt(store: Store, job: Job, last: Attempt | None) -> None:
         )
 
 
-def reconcile(store: Store, admit: bool = True) -> list[Job]:
+def reconcile(store: Store, *, start: Starter, admit: bool = True) -> list[Job]:
     """Turn jobs whose supervisor vanished (kill -9, reboot) into lost attempts and resume
     them under a new supervisor (or fail them, past retries.on_preemption), then (with
     ``admit``) start queued jobs that fit: room may have been freed by a lost job, a cancel,
-    or a change of config. Returns the jobs found lost and failed."""
+    or a change of config. ``start`` starts what follows each job resumed or admitted.
+    Returns the jobs found lost and failed."""
     lost: list[Job] = []
     for job in store.list_jobs(ACTIVE):
         if supervisor_alive(job):
@@ -494,7 +496,7 @@ def reconcile(store: Store, admit: bool = True) -> list[Job]:
             continue
         attempts = store.attempts(job.id)
         last = attempts[-1] if attempts else None
-        if _follow_again(store, job, last) or _resume(store, job, last):
+        if _follow_again(store, job, last, start) or _resume(store, job, last, start):
             continue
         env = submitted_env(job)  # for announcing the end: gone once the job is finished
         seen = (job.supervisor_pid, job.supervisor_started)
@@ -523,8 +525,35 @@ def reconcile(store: Store, admit: bool = True) -> list[Job]:
     if admit:
         waiting = store.list_jobs([_S.QUEUED], limit=1)
         for backend in sorted({job.backend for job in [*lost, *waiting]}):
-            schedule(store, backend)
+            schedule(store, backend, start=start)
     return lost
+
+
+def end_crashed(store: Store, job_id: str, exc: Exception) -> None:
+    """End a job whose supervision failed with ``exc``: its attempts failed (one elsewhere
+    stopped there), the job FAILED pointing at its supervisor log. (What is left of its
+    processes here is the caller's to end.)"""
+    job = store.get_job(job_id)
+    for attempt in store.attempts(job_id):
+        if not attempt.status.is_terminal():
+            if attempt.backend != "local":  # an attempt elsewhere: ended there too
+                with contextlib.suppress(Exception):
+                    from ferry.backends.registry import get_backend
+
+                    get_backend(attempt.backend).cancel(job, attempt.number, attempt.handle)
+            store.update_attempt(
+                job_id,
+                attempt.number,
+                status=AttemptStatus.FAILED,
+                ended_at=time.time(),
+                reason=f"supervisor failed: {exc}",
+            )
+    _finish_job(
+        store,
+        job_id,
+        _S.FAILED,
+        f"supervisor failed: {exc} (details in {Path(job.job_dir) / SUPERVISOR_LOG})",
+    )
 
 
 # ---------------------------------------------------------------------------------------

@@ -29,7 +29,9 @@ _PRELOAD = (
     "ferry.backends.local",
     "ferry.packaging.snapshot",
     "ferry.storage.logs",
+    "ferry.followers",
     "ferry.supervisor",
+    "ferry.watcher",
     "yaml",
 )
 
