@@ -60,17 +60,35 @@ JOB = "command: python train.py\nresources: {procs_per_node: 2, cpus: 2}\n"
 RATE = re.compile(r"steps_per_s=([0-9.]+)")
 
 
-def rate(argv: list[str], code: Path) -> float:
+# torch's gloo now and then aborts a rank as the process exits, after the training and
+# destroy_process_group() (C++ std::terminate on a thread not joined): about one run in 25
+# on this machine with two ranks started by hand, neither Ferry nor torchrun involved. A
+# run that printed its rate and then aborted so is run again, and counted.
+EXIT_ABORT = "terminate called without an active exception"
+ABORTED: dict[str, int] = {}
+
+
+def rate(argv: list[str], code: Path, name: str = "") -> float:
     """The steps per second rank 0 printed when running ``argv`` in ``code``."""
-    proc = subprocess.run(
-        argv, cwd=code, env=child_env(), stdin=subprocess.DEVNULL, capture_output=True, text=True
-    )
-    found = RATE.search(proc.stdout)
-    if proc.returncode != 0 or found is None:
-        raise RuntimeError(
-            f"{' '.join(argv)} exited {proc.returncode}: {(proc.stdout + proc.stderr)[-1500:]}"
+    for _ in range(3):
+        proc = subprocess.run(
+            argv,
+            cwd=code,
+            env=child_env(),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
         )
-    return float(found.group(1))
+        found = RATE.search(proc.stdout)
+        said = proc.stdout + proc.stderr
+        if proc.returncode != 0 and found is not None and EXIT_ABORT in said:
+            ABORTED[name] = ABORTED.get(name, 0) + 1
+            log(f"{name}: a rank aborted at exit (torch's gloo), run again")
+            continue
+        if proc.returncode != 0 or found is None:
+            raise RuntimeError(f"{' '.join(argv)} exited {proc.returncode}: {said[-1500:]}")
+        return float(found.group(1))
+    raise RuntimeError(f"{' '.join(argv)} aborted at exit three times in a row")
 
 
 def main() -> int:
@@ -85,9 +103,9 @@ def main() -> int:
             "torchrun": [torchrun, "--standalone", "--nproc_per_node", "2", "train.py"],
             "ferry": [FERRY_EXE, "run", "job.yaml"],
         }
-        for argv in cases.values():  # warm-up: caches, bytecode, the launcher
-            rate(argv, code)
-        samples = interleaved(list(cases), RUNS, lambda name: rate(cases[name], code))
+        for name, argv in cases.items():  # warm-up: caches, bytecode, the launcher
+            rate(argv, code, name)
+        samples = interleaved(list(cases), RUNS, lambda name: rate(cases[name], code, name))
         log(", ".join(f"{n} {statistics.median(v):.1f} steps/s" for n, v in samples.items()))
     ratio = statistics.median(samples["ferry"]) / statistics.median(samples["torchrun"])
     emit(
@@ -101,6 +119,7 @@ def main() -> int:
             "ok": ratio >= BUDGET,
             "ferry_steps_per_s": sorted(samples["ferry"]),
             "baseline_torchrun_steps_per_s": sorted(samples["torchrun"]),
+            "runs_aborted_at_exit_and_rerun": {name: ABORTED.get(name, 0) for name in cases},
         }
     )
     return 0
