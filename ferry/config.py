@@ -237,6 +237,11 @@ SETTINGS: dict[str, Setting] = {
     "budget.hard": Setting(
         _flag, False, "when the monthly budget is spent, stop running jobs too (not only new ones)"
     ),
+    "env.installer": Setting(
+        _choice("auto", "uv", "pip"),
+        "auto",
+        "what installs environment.requirements: uv when installed (auto), uv, or pip",
+    ),
     "snapshot.max_size": Setting(
         parse_size, defaults.MAX_SNAPSHOT_BYTES, "largest code snapshot accepted"
     ),

@@ -205,9 +205,12 @@ def exit_of(state: RunState) -> Exit:
 def features_used(spec: JobSpec) -> dict[str, str]:
     """The optional features a spec relies on, with words for an error message."""
     used: dict[str, str] = {}
-    env = spec.environment.kind
-    if env != "python":
-        used[f"environment.{env}"] = f"environment.{env} (packaging arrives in a later release)"
+    if spec.environment.requirements:
+        used["environment.requirements"] = (
+            "environment.requirements (a virtual environment built from it)"
+        )
+    if spec.environment.image:
+        used["environment.image"] = f"environment.image ({spec.environment.image})"
     for name, item in spec.inputs.items():
         if "://" in item.uri and not item.uri.startswith("file://"):
             used["inputs.remote"] = f"inputs from buckets (input {name!r}: {item.uri})"

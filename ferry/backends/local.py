@@ -291,7 +291,15 @@ class LocalBackend(Backend):
 
     name = "local"
     # buckets in and out; spot, TPUs and multi-node come with later backends
-    features = frozenset({"inputs.remote", "inputs.stream", "outputs.remote", "paths.container"})
+    features = frozenset(
+        {
+            "inputs.remote",
+            "inputs.stream",
+            "outputs.remote",
+            "paths.container",
+            "environment.requirements",
+        }
+    )
 
     @property
     def inventory(self) -> Inventory:

@@ -41,7 +41,7 @@ from ferry.backends.base import (
     exit_of,
 )
 from ferry.backends.ray_cluster import Cluster, cluster, describe_cluster, ray_label
-from ferry.errors import FerryError, SpecError, Unsupported
+from ferry.errors import FerryError, SpecError
 from ferry.runner.run import SECRETS, STOPPED
 from ferry.status import describe_exit
 from ferry.store.records import Job
@@ -382,11 +382,6 @@ class RayBackend(Backend):
     features = frozenset({"inputs.remote", "inputs.stream", "outputs.remote", "resources.nodes"})
 
     def _check(self, spec: Any) -> None:
-        if spec.environment.requirements:
-            raise Unsupported(
-                "the ray backend does not install environment.requirements yet",
-                "install the packages on the cluster's nodes, or use the local backend",
-            )
         acc = spec.resources.accelerator_request
         if acc is not None:
             ray_label(acc.name)

@@ -284,6 +284,9 @@ class _StatusLine:
                 self.staging = False
             return False
         self.staging = True
+        if "line" in state:  # (the environment being built)
+            self._set(f"ferry: {state['line']}")
+            return True
         total = max(int(state["total"]), 1)
         self._set(
             f"ferry: copying input {state['input']}: {100 * int(state['done']) // total}% "

@@ -39,6 +39,7 @@ COMMANDS = {
     "top": "top_cmd",
     "outputs": "outputs_cmd",
     "cache": "cache_cmd",
+    "env": "env_cmd",
     "config": "config_cmd",
     "agent": "agent_cmd",
     "ray": "ray_cmd",

@@ -66,6 +66,12 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help="processes per node, each told its rank as torchrun would (default: one per GPU)",
     )
+    p.add_argument(
+        "--requirements",
+        metavar="FILE",
+        help="a requirements file in the code folder: the job runs in a virtual environment "
+        "built from it once and reused (environment.requirements)",
+    )
     p.add_argument("--input", action="append", metavar="NAME=URI", help="an input (repeatable)")
     p.add_argument(
         "--outputs", metavar="URI", help="where results go (default: outputs_root/{job_id})"
@@ -158,6 +164,8 @@ def overrides_from(args: argparse.Namespace, command: list[str] | None) -> dict[
     }
     if resources:
         out["resources"] = resources
+    if args.requirements:  # (in place of what the spec says the software is)
+        out["environment"] = {"requirements": args.requirements, "python": None, "image": None}
     if args.input:
         out["inputs"] = _pairs(args.input, "--input")
     if args.env:

@@ -46,6 +46,7 @@ from ferry.units import format_duration
 if TYPE_CHECKING:
     from ferry.backends.base import Exit
     from ferry.contract.env import JobDirs
+    from ferry.packaging.environments import Held
     from ferry.storage.outputs import OutputSync
     from ferry.storage.workdir import WorkdirState
     from ferry.telemetry.notify import Notifier
@@ -94,14 +95,18 @@ def supervise(
         store.add_event(job_id, f"alerts are off: {exc}")
         notifier = Notifier([], JobInfo(job_id, job.name), {})
     ok = True
+    holding: list[Held] = []  # the job's environment, held while it is followed here
     try:
         _start_tracker(store, job, env)
-        finished_here = _run_attempts(job, control, store, notifier, env)
+        finished_here = _run_attempts(job, control, store, notifier, env, holding)
     except Exception as exc:
         if on_crash is None:
             raise
         on_crash(job_id, exc)
         ok, finished_here = False, True
+    finally:
+        for held in holding:
+            held.release()
     try:
         job = store.get_job(job_id)
         ending = end_alert(job.status.value, job.reason, alerts)
@@ -180,11 +185,17 @@ def _start_tracker(store: Store, job: Job, launch_env: dict[str, str]) -> None:
 
 
 def _run_attempts(
-    job: Job, control: Control, store: Store, notifier: Notifier, base_env: dict[str, str]
+    job: Job,
+    control: Control,
+    store: Store,
+    notifier: Notifier,
+    base_env: dict[str, str],
+    holding: list[Held],
 ) -> bool:
     """The attempts of the job (as just read from the store; ``base_env``: the environment
-    it was submitted with), until it ends. Returns whether this supervisor finished the job
-    (rather than a command that declared it lost meanwhile)."""
+    it was submitted with; ``holding``: where the environment it runs in is kept once
+    had), until it ends. Returns whether this supervisor finished the job (rather than a
+    command that declared it lost meanwhile)."""
     from ferry.backends.base import LaunchRequest
     from ferry.backends.local import run_folder
     from ferry.backends.registry import get_backend
@@ -262,7 +273,9 @@ def _run_attempts(
         metrics_file = Path(job.job_dir) / f"metrics-{attempt.number}.jsonl"
         if here:
             try:
-                prepared = _prepare_here(store, job, attempt.number, state, dirs, sync, base_env)
+                prepared = _prepare_here(
+                    store, job, attempt.number, state, dirs, sync, base_env, holding
+                )
             except _NotReady as exc:
                 Path(attempt.log_path).write_text("")
                 failed = AttemptStatus.FAILED
@@ -467,11 +480,12 @@ def _prepare_here(
     dirs: JobDirs,
     sync: OutputSync,
     base_env: dict[str, str],
+    holding: list[Held],
 ) -> tuple[dict[str, str], list[str], Path, Path]:
-    """Make this machine ready for attempt ``number`` (inputs, checkpoints, a fresh
-    working folder, the contract), as a runner does on another machine; returns the
-    environment, the command, the failure file and the hypertune file. Raises
-    :class:`_NotReady`."""
+    """Make this machine ready for attempt ``number`` (inputs, the environment from
+    ``environment.requirements``, checkpoints, a fresh working folder, the contract), as
+    a runner does on another machine; returns the environment, the command, the failure
+    file and the hypertune file. Raises :class:`_NotReady`."""
     from ferry.contract import sagemaker
     from ferry.contract.env import contract_env
 
@@ -489,6 +503,7 @@ def _prepare_here(
         )
     except FerryError as exc:
         raise _NotReady(str(exc)) from None
+    venv = _environment(store, job, holding, base_env) if plan.requirements else None
     behind = state.harvest() if number > 1 else []
     fetched = 0
     if sync.remote:
@@ -519,6 +534,9 @@ def _prepare_here(
             bucket_root=bucket_root(job.outputs),
         ),
     }
+    if venv is not None:  # `python` in the command means the environment's
+        env["PATH"] = str(venv.bin) + os.pathsep + env.get("PATH", os.defpath)
+        env["VIRTUAL_ENV"] = str(venv.path)
     env["FERRY_METRICS_FILE"] = str(Path(job.job_dir) / f"metrics-{number}.jsonl")
     env["FERRY_CHECKPOINT_KEEP"] = str(plan.checkpoint.keep)
     # a script may say why it failed, as on SageMaker; even when it exits 0. (It is
@@ -539,6 +557,61 @@ def _prepare_here(
     if container:
         argv = _in_container_paths(job, argv, env, dirs, opt_ml, inputs, sync, contract)
     return env, argv, failure_file, Path(env["CLOUD_ML_HP_METRIC_FILE"])
+
+
+def _environment(store: Store, job: Job, holding: list[Held], environ: dict[str, str]) -> Held:
+    """The environment ``environment.requirements`` asks for, built here the first time
+    (with the job's environment ``environ``; its progress shown by ``ferry run``, the
+    installer's lines in the job's ``environment.log``), held until the job is no longer
+    followed here."""
+    import json
+
+    from ferry.controller.jobs import requirements_file
+    from ferry.packaging.environments import BUILD_LOG, ensure, wanted
+
+    if holding:
+        return holding[0]
+    plan = job.plan
+    assert plan.requirements is not None
+    code = Path(job.job_dir) / "code"
+    progress_file = Path(job.job_dir) / STAGING_FILE
+
+    def progress(line: str) -> None:
+        tmp = progress_file.with_suffix(".tmp")
+        with contextlib.suppress(OSError):
+            tmp.write_text(json.dumps({"line": f"environment: {line[:160]}"}))
+            os.replace(tmp, progress_file)
+
+    try:
+        file = requirements_file(code, plan.requirements)
+        want = wanted(file, code, environ, plan.requirements)
+        with open(Path(job.job_dir) / BUILD_LOG, "ab") as log:
+            held = ensure(want, code.resolve(), log, progress, environ)
+    except (FerryError, OSError) as exc:
+        raise _NotReady(str(exc)) from None
+    finally:
+        progress_file.unlink(missing_ok=True)
+    holding.append(held)
+    try:
+        info = held.info()
+    except (OSError, ValueError):
+        info = {}
+    packages = info.get("packages") or []
+    more = f" and {len(packages) - 6} more" if len(packages) > 6 else ""
+    listed = ", ".join(packages[:6]) + more
+    if held.built:
+        store.add_event(
+            job.id,
+            f"environment {want.short}: built from {plan.requirements} with "
+            f"{info.get('installer', '?')} in {held.seconds:.1f}s: {listed or 'no packages'}",
+        )
+    else:
+        store.add_event(
+            job.id,
+            f"environment {want.short}: reused ({len(packages)} packages, "
+            f"from {plan.requirements})",
+        )
+    return held
 
 
 def _after_here(

@@ -57,6 +57,33 @@ def jobs_root() -> Path:
     return root
 
 
+def requirements_file(code: Path, requirements: str) -> Path:
+    """The requirements file ``environment.requirements`` names in a job's code snapshot.
+    Raises :class:`UsageError` for one outside the code folder or not there."""
+    path = (code / requirements).resolve()
+    if os.path.isabs(requirements) or not path.is_relative_to(code.resolve()):
+        raise UsageError(
+            f"environment.requirements: {requirements} is not inside the job's code folder",
+            "give its path relative to code, e.g. requirements.txt",
+        )
+    if not path.is_file():
+        raise UsageError(
+            f"environment.requirements: {requirements} is not in the job's code folder",
+            "give its path relative to the code folder; a .gitignore or .ferryignore may "
+            "leave it out",
+        )
+    return path
+
+
+def _check_requirements(code: Path, requirements: str, environ: dict[str, str]) -> None:
+    """Refuse now requirements the job could not be given: a file that is not there or
+    cannot be read, what a shared environment cannot hold, no installer here."""
+    from ferry.packaging.environments import installer, wanted
+
+    wanted(requirements_file(code, requirements), code, environ, requirements)
+    installer()
+
+
 def _check_telemetry(spec: JobSpec, environ: dict[str, str]) -> JobSpec:
     """Refuse now what would only fail once the job runs: MLflow tracking without MLflow,
     a notifier naming a variable that is not set. Returns the spec with the configured
@@ -157,6 +184,9 @@ def submit(
         home = config.ferry_home()
         store_root = home / code_store.FOLDER
         snapshot_code(spec.code, staging / "code", max_size, skip=(home,), store=store_root)
+        if spec.environment.requirements:  # (refused now, not when the job starts)
+            environment = {**environ, **spec.env}
+            _check_requirements(staging / "code", spec.environment.requirements, environment)
         launch = {"env": {**environ, **spec.env, **{k: environ[k] for k in spec.secrets}}}
         launch_path = staging / LAUNCH_FILE
         fd = os.open(launch_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

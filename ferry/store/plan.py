@@ -72,6 +72,7 @@ class Plan:
     alerts: dict[str, Any] = field(default_factory=dict)  # ferry.telemetry's rules read it
     outputs_exist_ok: bool = False
     preempt_every: float | None = None  # simulate.preempt_every, seconds
+    requirements: str | None = None  # environment.requirements: a file inside the code
 
     @classmethod
     def of(cls, spec: dict[str, Any]) -> Plan:
@@ -120,4 +121,5 @@ class Plan:
             alerts=dict(spec.get("alerts") or {}),
             outputs_exist_ok=bool(spec.get("outputs_exist_ok")),
             preempt_every=_float((spec.get("simulate") or {}).get("preempt_every")),
+            requirements=(spec.get("environment") or {}).get("requirements"),
         )

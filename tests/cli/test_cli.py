@@ -113,11 +113,9 @@ def test_unsupported_fields_are_refused_not_ignored(home: Path, project: Path) -
         result = ferry("run", *flags, "--", "true", cwd=project)
         assert result.returncode == 1, (flags, result.stderr)
         assert words in result.stderr and "does not support" in result.stderr, result.stderr
-    (project / "job.yaml").write_text(
-        "command: python t.py\nenvironment: {requirements: requirements.txt}\n"
-    )
+    (project / "job.yaml").write_text("command: python t.py\nenvironment: {image: 'torch:2'}\n")
     result = ferry("run", "job.yaml", cwd=project)
-    assert result.returncode == 1 and "environment.requirements" in result.stderr
+    assert result.returncode == 1 and "environment.image (torch:2)" in result.stderr
 
 
 def test_local_input_path_is_given_to_the_job(home: Path, project: Path) -> None:
