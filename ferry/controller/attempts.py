@@ -566,8 +566,7 @@ def _environment(store: Store, job: Job, holding: list[Held], environ: dict[str,
     followed here."""
     import json
 
-    from ferry.controller.jobs import requirements_file
-    from ferry.packaging.environments import BUILD_LOG, ensure, wanted
+    from ferry.packaging.environments import BUILD_LOG, ensure, requirements_file, wanted
 
     if holding:
         return holding[0]

@@ -57,28 +57,10 @@ def jobs_root() -> Path:
     return root
 
 
-def requirements_file(code: Path, requirements: str) -> Path:
-    """The requirements file ``environment.requirements`` names in a job's code snapshot.
-    Raises :class:`UsageError` for one outside the code folder or not there."""
-    path = (code / requirements).resolve()
-    if os.path.isabs(requirements) or not path.is_relative_to(code.resolve()):
-        raise UsageError(
-            f"environment.requirements: {requirements} is not inside the job's code folder",
-            "give its path relative to code, e.g. requirements.txt",
-        )
-    if not path.is_file():
-        raise UsageError(
-            f"environment.requirements: {requirements} is not in the job's code folder",
-            "give its path relative to the code folder; a .gitignore or .ferryignore may "
-            "leave it out",
-        )
-    return path
-
-
 def _check_requirements(code: Path, requirements: str, environ: dict[str, str]) -> None:
     """Refuse now requirements the job could not be given: a file that is not there or
     cannot be read, what a shared environment cannot hold, no installer here."""
-    from ferry.packaging.environments import installer, wanted
+    from ferry.packaging.environments import installer, requirements_file, wanted
 
     wanted(requirements_file(code, requirements), code, environ, requirements)
     installer()

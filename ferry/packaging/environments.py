@@ -94,6 +94,24 @@ def wanted(requirements: Path, code: Path, environ: dict[str, str], name: str = 
     return Wanted(h.hexdigest(), requirements, text)
 
 
+def requirements_file(code: Path, requirements: str) -> Path:
+    """The requirements file ``environment.requirements`` names in a job's code snapshot.
+    Raises :class:`UsageError` for one outside the code folder or not there."""
+    path = (code / requirements).resolve()
+    if os.path.isabs(requirements) or not path.is_relative_to(code.resolve()):
+        raise UsageError(
+            f"environment.requirements: {requirements} is not inside the job's code folder",
+            "give its path relative to code, e.g. requirements.txt",
+        )
+    if not path.is_file():
+        raise UsageError(
+            f"environment.requirements: {requirements} is not in the job's code folder",
+            "give its path relative to the code folder; a .gitignore or .ferryignore may "
+            "leave it out",
+        )
+    return path
+
+
 # installer settings that change nothing in what is installed
 _COSMETIC = frozenset(
     {
