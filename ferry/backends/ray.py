@@ -379,7 +379,15 @@ class RayBackend(Backend):
 
     name = "ray"
     runs_here = False
-    features = frozenset({"inputs.remote", "inputs.stream", "outputs.remote", "resources.nodes"})
+    features = frozenset(
+        {
+            "inputs.remote",
+            "inputs.stream",
+            "outputs.remote",
+            "resources.nodes",
+            "environment.requirements",
+        }
+    )
 
     def _check(self, spec: Any) -> None:
         acc = spec.resources.accelerator_request

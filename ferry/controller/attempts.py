@@ -720,6 +720,7 @@ def _machine(job: Job) -> dict[str, Any]:
         cpus=plan.resources.cpus or 1.0,
         gpus=parse_accelerator(acc).count if acc else 0,
         sync_interval=float(config.get("outputs.sync_interval")),
+        requirements=plan.requirements or "",
     ).fields()
 
 

@@ -284,10 +284,12 @@ def ensure(
     log: IO[bytes],
     progress: Callable[[str], None] = lambda line: None,
     environ: dict[str, str] | None = None,
+    log_name: str | None = None,
 ) -> Held:
     """The environment ``want`` asks for, built now if it is not here yet (the installer
-    run in ``cwd`` with ``environ``, its lines to ``log``, the notable ones to
-    ``progress``), held with a shared lock until released. Raises :class:`BuildFailed`."""
+    run in ``cwd`` with ``environ``, its lines to ``log``, which a failure names as
+    ``log_name`` or its path, the notable ones to ``progress``), held with a shared lock
+    until released. Raises :class:`BuildFailed`."""
     started = time.monotonic()
     root = envs_root()
     root.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -301,7 +303,8 @@ def ensure(
             try:
                 fcntl.flock(build, fcntl.LOCK_EX)  # one build; others wait for it, only
                 if not (path / READY).exists():
-                    _build(want, path, cwd, log, progress, environ or dict(os.environ))
+                    shown = log_name or str(getattr(log, "name", BUILD_LOG))
+                    _build(want, path, cwd, log, progress, environ or dict(os.environ), shown)
                     built = True
             finally:
                 os.close(build)
@@ -324,6 +327,7 @@ def _build(
     log: IO[bytes],
     progress: Callable[[str], None],
     environ: dict[str, str],
+    shown: str,
 ) -> None:
     shutil.rmtree(path, ignore_errors=True)  # half built by a process that died
     env = {**environ, "PIP_NO_INPUT": "1", "PYTHONUNBUFFERED": "1", "NO_COLOR": "1"}
@@ -331,11 +335,11 @@ def _build(
         env.pop(name, None)
     try:
         venv = [sys.executable, "-m", "venv", "--without-pip", str(path)]
-        _run(venv, cwd, env, log, progress, "venv")
+        _run(venv, cwd, env, log, progress, "venv", shown)
         python = path / "bin" / "python"
         installer, argv = _installer(python, want.requirements)
         progress(f"installing {want.requirements.name} with {installer}")
-        _run(argv, cwd, env, log, progress, installer)
+        _run(argv, cwd, env, log, progress, installer, shown)
         site = _site_packages(path)
         if not (site / "ferry").exists():  # (the requirements may install Ferry itself)
             link = path / _FERRY_LINK
@@ -417,6 +421,7 @@ def _run(
     log: IO[bytes],
     progress: Callable[[str], None],
     who: str,
+    shown: str,
 ) -> None:
     from ferry.runner.spawn import spawn
 
@@ -442,11 +447,10 @@ def _run(
         code = proc.wait()
     log.flush()
     if code != 0:
-        where = getattr(log, "name", BUILD_LOG)
         raise BuildFailed(
             f"environment.requirements could not be installed ({who} exit code {code}): "
             + " | ".join(tail[-4:])
-            + f"; the installer's whole output is in {where}"
+            + f"; the installer's whole output is in {shown}"
         )
 
 

@@ -6,6 +6,9 @@ from the order's :class:`Machine` plan, with nothing but the job's bucket to rea
 - inputs are staged (through this machine's cache) and the job's checkpoints fetched
   from its bucket;
 - the working folder is a fresh copy of the code with ``checkpoint.paths`` put back;
+- ``environment.requirements`` are installed into this machine's environment for them
+  (:mod:`ferry.packaging.environments`: built once per requirements, under its
+  ``FERRY_HOME``), which the command's ``python`` then means;
 - the contract's variables point at this machine's folders (SageMaker's ``/opt/ml``
   tree too, for ``contract: sagemaker``);
 - while it runs, checkpoints and TensorBoard logs go to the bucket (on a helper thread,
@@ -66,6 +69,7 @@ class Machine:
     # the platform's resources each node's share holds besides CPUs and GPUs
     max_pending: float = 600.0
     resources: dict[str, float] = field(default_factory=dict)
+    requirements: str = ""  # environment.requirements: a file in the code (empty: none)
 
     def fields(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -229,6 +233,7 @@ class Prepared:
         self.scratch = base / f"ferry-{plan.job_id}-{order.attempt}-{order.node_rank}"
         shutil.rmtree(self.scratch, ignore_errors=True)  # (a runner started again)
         self.scratch.mkdir(parents=True, mode=0o700)
+        self.venv: Any = None  # the environment of environment.requirements, held
         try:
             self._prepare(order, record)
         except BaseException:
@@ -289,8 +294,13 @@ class Prepared:
             env.update(sagemaker.prepare(opt_ml, dirs, plan.hyperparameters, inputs))
             self.failure_file = opt_ml / "output" / "failure"
             env["FERRY_FAILURE_FILE"] = str(self.failure_file)
-        # `python` in the command means the interpreter the runner runs with, as here
+        # `python` in the command means the interpreter the runner runs with, as here, or
+        # the environment built from the job's requirements
         bin_dir = str(Path(sys.executable).parent)
+        if plan.requirements:
+            self.venv = self._environment(Path(order.cwd), order.env, record)
+            bin_dir = str(self.venv.bin)
+            env["VIRTUAL_ENV"] = str(self.venv.path)
         path = order.env.get("PATH", os.defpath)
         if path.split(os.pathsep)[0] != bin_dir:
             env["PATH"] = bin_dir + os.pathsep + path
@@ -300,9 +310,36 @@ class Prepared:
         self._last_sync = time.monotonic()
         self._last_saved = checkpoints_mtime(dirs.checkpoints)
 
+    def _environment(self, code: Path, environ: dict[str, str], record: RunFolderWriter) -> Any:
+        """The environment the job's requirements (in ``code``) ask for, on this machine:
+        built here the first time (the installer's output to the run folder's
+        ``environment.log``), held until the attempt's folders go."""
+        from ferry.packaging.environments import BUILD_LOG, ensure, requirements_file, wanted
+
+        file = requirements_file(code, self.plan.requirements)
+        want = wanted(file, code, environ, self.plan.requirements)
+        log_path = self.scratch / BUILD_LOG
+        try:
+            with open(log_path, "ab") as log:
+                shown = f"{BUILD_LOG} in the attempt's run folder"
+                held = ensure(want, code, log, environ=environ, log_name=shown)
+        finally:
+            with contextlib.suppress(OSError):
+                if log_path.stat().st_size:
+                    record.put(BUILD_LOG, log_path.read_bytes())
+        packages = held.info().get("packages") or []
+        how = f"built in {held.seconds:.1f}s" if held.built else "reused"
+        record.event(
+            f"environment {want.short} ({self.plan.requirements}): {how}, {len(packages)} packages"
+        )
+        return held
+
     def discard(self) -> None:
         """Remove this machine's folders of the attempt (staged inputs, fetched
-        checkpoints, the working folder)."""
+        checkpoints, the working folder), and let its environment go."""
+        if self.venv is not None:
+            self.venv.release()
+            self.venv = None
         with contextlib.suppress(OSError):
             shutil.rmtree(self.scratch)
 

@@ -703,3 +703,33 @@ def test_ferry_ray_stop_keeps_a_head_that_runs_jobs(
         assert result.returncode == 0 and "stopped the Ray head" in result.stdout
     finally:
         ferry("ray", "stop", "--force")
+
+
+def test_requirements_are_installed_where_the_ray_job_runs(
+    ray_project: Path, tmp_path: Path
+) -> None:
+    """environment.requirements on Ray: the runner builds the environment on the node (in
+    the node's FERRY_HOME, here the job's env names one), and `python` is its interpreter;
+    an install that fails is the attempt's, with the installer's words."""
+    from tests.packaging.wheels import make_wheel
+
+    make_wheel(ray_project / "wheels", "2.0")
+    (ray_project / "requirements.txt").write_text("--no-index\n--find-links wheels\ndemo-pkg\n")
+    (ray_project / "show.py").write_text(
+        "import sys, demo_pkg\nprint('demo', demo_pkg.VERSION, 'in', sys.prefix)\n"
+    )
+    node_home = tmp_path / "node-home"
+    spec = (
+        "command: [python, show.py]\nenvironment: {requirements: requirements.txt}\n"
+        f"env: {{FERRY_HOME: '{node_home}'}}\n"
+    )
+    job_id = _submit_spec(ray_project, spec)
+    status = wait_status(job_id, "SUCCEEDED", timeout=120)
+    log = _logs(job_id)
+    assert f"demo 2.0 in {node_home / 'envs'}" in log, log
+    events = " ".join(e["message"] for e in status["events"])
+    assert "(requirements.txt): built in" in events, events
+    (ray_project / "requirements.txt").write_text("--no-index\nno-such-package==1\n")
+    failed = wait_status(_submit_spec(ray_project, spec), "FAILED", timeout=120)
+    assert "could not be installed" in failed["reason"], failed["reason"]
+    assert "environment.log in the attempt's run folder" in failed["reason"]
