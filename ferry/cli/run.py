@@ -297,6 +297,8 @@ def _summary(job: Any) -> None:
     took = runtime(job)
     if status == "SUCCEEDED":
         eprint(f"ferry: {job.id} SUCCEEDED in {took}; {_model_landed(job.outputs)}")
+    elif job.started_at is None:  # (it never ran: an environment, an input, a cancel)
+        eprint(f"ferry: {job.id} {status} before it started: {job.reason}")
     else:
         eprint(f"ferry: {job.id} {status} after {took}: {job.reason}")
 

@@ -103,6 +103,7 @@ def test_a_requirement_that_cannot_be_installed_fails_the_job_with_the_installer
         "run", "--requirements", "requirements.txt", "--", "python", "train.py", cwd=project
     )
     assert result.returncode != 0
+    assert "FAILED before it started: environment.requirements could not" in result.stderr
     (job,) = ferry_json("jobs")
     status = wait_status(job["id"], "FAILED")
     assert status["reason"].startswith("environment.requirements could not be installed"), status
