@@ -242,6 +242,30 @@ SETTINGS: dict[str, Setting] = {
         "auto",
         "what installs environment.requirements: uv when installed (auto), uv, or pip",
     ),
+    "cloud.max_runtime": Setting(
+        parse_duration,
+        24 * 3600.0,
+        "the provider's own time limit for a cloud job without limits.max_runtime (never "
+        "Vertex AI's silent 7 days)",
+    ),
+    "vertex.project": Setting(
+        _text, None, "Google Cloud project of Vertex AI jobs (default: $GOOGLE_CLOUD_PROJECT)"
+    ),
+    "vertex.region": Setting(
+        _text, None, "region of Vertex AI jobs (default: the cheapest that has the machine)"
+    ),
+    "vertex.service_account": Setting(
+        _text, None, "service account Vertex AI jobs run as (default: Vertex AI's own agent)"
+    ),
+    "vertex.network": Setting(
+        _text, None, "VPC network Vertex AI jobs join: projects/NUMBER/global/networks/NAME"
+    ),
+    "vertex.endpoint": Setting(
+        _text,
+        None,
+        "Vertex AI API endpoint (default: REGION-aiplatform.googleapis.com; an http:// "
+        "endpoint is a local test server, reached without credentials)",
+    ),
     "snapshot.max_size": Setting(
         parse_size, defaults.MAX_SNAPSHOT_BYTES, "largest code snapshot accepted"
     ),

@@ -43,6 +43,9 @@ class Environment(_Model):
     python: Literal["current"] | None = None  # the interpreter and packages Ferry runs in
     requirements: str | None = None  # a requirements.txt inside `code`
     image: str | None = None  # a container image
+    # on a cloud: the provider's prebuilt image of this framework ("pytorch==2.4"); the
+    # job's requirements are installed into it
+    framework: str | None = None
 
     @model_validator(mode="after")
     def _one_kind(self) -> Environment:
@@ -51,6 +54,15 @@ class Environment(_Model):
             raise ValueError(
                 f"choose one of python, requirements, image, not {' and '.join(chosen)}"
             )
+        if self.framework is not None:
+            if self.image:
+                raise ValueError("framework picks a prebuilt image: give it or image, not both")
+            from ferry.packaging.images import parse_framework
+
+            try:
+                parse_framework(self.framework)
+            except SpecError as exc:
+                raise ValueError(f"{exc.message.split(': ', 1)[-1]}; {exc.hint}") from None
         return self
 
     @property
@@ -477,11 +489,13 @@ class JobSpec(_Model):
                 if not isinstance(key, str) or not key:
                     raise ValueError(f"hyperparameter name {key!r} must be text")
             try:
-                json.dumps(value, allow_nan=False)
+                text = json.dumps(value, allow_nan=False)
             except (TypeError, ValueError):
                 raise ValueError(
                     "hyperparameter values must be numbers, text, booleans, lists or maps"
                 ) from None
+            # as the job sees them (JSON): a map's number keys are text there too
+            return json.loads(text)
         return value
 
     @field_validator("metrics")

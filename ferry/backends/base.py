@@ -53,6 +53,9 @@ class Exit:
     LOST: ClassVar[str] = "lost"  # it vanished without a recorded end
     PROVIDER_FAILED: ClassVar[str] = "provider_failed"  # the provider failed it (reason)
     NOT_STARTED: ClassVar[str] = "not_started"  # its command could not be started (reason)
+    # the provider refused it for capacity or quota before it ran (that offering is passed
+    # over now: the next attempt tries the next)
+    NO_CAPACITY: ClassVar[str] = "no_capacity"
 
     outcome: str
     code: int | None  # the exit code (-N: killed by signal N), when it exited

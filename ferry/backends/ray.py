@@ -37,12 +37,12 @@ from ferry.backends.base import (
     Exit,
     LaunchRequest,
     RunningAttempt,
-    event_messages,
     exit_of,
 )
 from ferry.backends.ray_cluster import Cluster, cluster, describe_cluster, ray_label
 from ferry.errors import FerryError, SpecError
-from ferry.runner.run import SECRETS, STOPPED
+from ferry.runner.record import STOPPED
+from ferry.runner.run import SECRETS
 from ferry.status import describe_exit
 from ferry.store.records import Job
 from ferry.units import format_duration, format_size
@@ -96,8 +96,8 @@ class RayRun(RunningAttempt):
         metrics_path: str,
         asks: str = "",
     ) -> None:
-        from ferry.runner.ray_gang import node_folder
-        from ferry.runner.record import RunFolderReader, _Place
+        from ferry.backends.mirror import RunMirror
+        from ferry.runner.record import _Place
 
         self.dashboard = dashboard
         self.jobs = ray_jobs.RayJobs(dashboard)
@@ -106,15 +106,8 @@ class RayRun(RunningAttempt):
         self._place = _Place(folder)
         self.handle = _handle(submission_id, dashboard)
         self.pid = None
-        self._reader = RunFolderReader(folder)
-        nodes = job.plan.resources.nodes
-        # what is copied here: the attempt's own record, and each node's runner's in a gang
-        self._streams = [self._reader] + (
-            [RunFolderReader(node_folder(folder, n)) for n in range(nodes)] if nodes > 1 else []
-        )
-        self._log = log_path
-        self._metrics = metrics_path
-        self._events: list[str] = []
+        self._mirror = RunMirror(folder, job.plan.resources.nodes, log_path, metrics_path)
+        self._reader = self._mirror.reader
         self._exit: Exit | None = None
         self._launched = time.monotonic()
         self._next_look = 0.0
@@ -176,26 +169,9 @@ class RayRun(RunningAttempt):
             _asks(body),
         )
 
-    def _positions_file(self) -> str:
-        return f"{self._log}.copied"  # beside the attempt's log: how far each folder was read
-
     def go_on(self) -> None:
-        """Following the attempt again: what a supervisor before this one copied (log,
-        metrics, events of each folder) is not copied twice."""
-        try:
-            with open(self._positions_file()) as file:
-                known = json.load(file)
-        except (OSError, ValueError):
-            return
-        for reader, positions in zip(self._streams, known, strict=False):
-            if isinstance(positions, dict):
-                reader.go_on_from(positions)
-
-    def _save_positions(self) -> None:
-        path = self._positions_file()
-        with open(f"{path}.tmp", "w") as file:
-            json.dump([reader.positions for reader in self._streams], file)
-        os.replace(f"{path}.tmp", path)
+        """Following the attempt again: nothing is copied twice."""
+        self._mirror.go_on()
 
     def poll(self) -> Exit | None:
         if self._exit is not None:
@@ -205,7 +181,7 @@ class RayRun(RunningAttempt):
             return None
         self._next_look = now + max(_POLL_EVERY, len(_following) * _POLL_SHARE)
         try:
-            self._mirror()
+            self._mirror.copy()
             info = self.jobs.job(self.submission_id)
         except FerryError as exc:  # the cluster or the bucket did not answer: again soon
             if now - self._answered > _UNREACHABLE_LOST:
@@ -249,7 +225,7 @@ class RayRun(RunningAttempt):
         outside = info.status == ray_jobs.STOPPED and self._stopped is None
         if state is not None and state.ended:
             with contextlib.suppress(FerryError):
-                self._mirror()  # (every segment the end names, and the nodes')
+                self._mirror.copy()  # (every segment the end names, and the nodes')
             ended = exit_of(state)
             if outside and ended.outcome == Exit.EXITED:  # (its runner took it as the notice)
                 why = f"stopped on the cluster, not by Ferry ({describe_exit(ended.code or 0)})"
@@ -274,29 +250,8 @@ class RayRun(RunningAttempt):
             f"({format_duration(self._max_pending)}): it asks for {self._asks}{offers}"
         )
 
-    def _mirror(self) -> None:
-        """Copy the run folder's new log and metrics to this machine's files (a gang's:
-        each node's, whose lines carry their global rank); keep its events for
-        :meth:`events`. Raises FerryError when a folder cannot be read."""
-        copied = False
-        for reader in self._streams:
-            log = reader.read("log")
-            metrics = reader.read("metrics")
-            if log:
-                with open(self._log, "ab") as file:
-                    file.write(log)
-            if metrics and self._metrics:
-                with open(self._metrics, "ab") as file:
-                    file.write(metrics)
-            events = event_messages(reader)
-            self._events += events
-            copied = copied or bool(log or metrics or events)
-        if copied:  # (after the copies: at worst a line is copied twice, never lost)
-            self._save_positions()
-
     def events(self) -> list[str]:
-        taken, self._events = self._events, []
-        return taken
+        return self._mirror.events()
 
     def stop(self) -> None:
         """The notice: Ray sends SIGTERM to the runner (and its processes); the runner

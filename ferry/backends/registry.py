@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 BACKENDS: dict[str, tuple[str, str | None]] = {
     "local": ("ferry.backends.local:LocalBackend", None),
     "ray": ("ferry.backends.ray:RayBackend", "ray"),
+    "vertex": ("ferry.backends.vertex:VertexBackend", "vertex"),
 }
 
 

@@ -89,6 +89,8 @@ def quote(
     request = Request.from_spec(spec, estimate)
     if backend == "auto":
         found = plan(request)
+    elif backend not in ("local", "ray"):  # a cloud: its cheapest offering that fits
+        found = plan(request, backends=[backend], include_local=False)
     else:  # a named backend (only local exists yet): what it runs on, whether it fits or not
         local = local_offering()
         found = Plan(request, [Option(local, "local", False, (local.price or 0.0) * request.nodes)])

@@ -70,9 +70,9 @@ class Offering:
 
     @property
     def accelerators(self) -> str:
-        """``A100:8`` or ``tpu-v5e-8`` (or ``-`` for none)."""
+        """``A100:8`` or ``tpu-v5e-8`` (or ``4 vCPU`` for a machine without them)."""
         if not self.accelerator:
-            return "-"
+            return f"{self.vcpus:g} vCPU" if self.vcpus else "-"
         if self.accelerator.startswith("tpu-"):
             return f"{self.accelerator}-{self.count}"
         return f"{self.accelerator}:{self.count}"
@@ -250,10 +250,11 @@ def doubts(offerings: Iterable[Offering]) -> list[Flagged]:
     snapshot's SOURCES.md lists such cases)."""
     import statistics
 
-    by_type: dict[tuple[str, str], list[Offering]] = {}
-    for o in offerings:
+    by_type: dict[tuple[str, str, str, int], list[Offering]] = {}
+    for o in offerings:  # (an N1 machine alone and with GPUs attached are other machines)
         if o.price is not None:
-            by_type.setdefault((o.provider, o.instance_type), []).append(o)
+            key = (o.provider, o.instance_type, o.accelerator, o.count)
+            by_type.setdefault(key, []).append(o)
     out = []
     for rows in by_type.values():
         if len(rows) < _MEDIAN_OF:
@@ -356,6 +357,7 @@ def load_catalog() -> Catalog:
         rows = [o for o in rows if o.provider != provider] + fresh
         dates[provider] = date
         sources[provider] = str(path)
+    rows += read_csv(_DATA / "cpu_offerings.csv")  # (machines without accelerators)
     kept, flagged = screen(rows)
     catalog = Catalog(kept, dates, sources, flagged, doubts(kept))
     _cache[key] = catalog

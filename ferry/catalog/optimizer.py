@@ -25,6 +25,7 @@ from ferry.catalog.offerings import Catalog, Offering, load_catalog, refreshed_d
 if TYPE_CHECKING:
     from ferry.accelerators import Accelerator
     from ferry.spec import JobSpec
+    from ferry.store.plan import Plan as JobPlan
 
 _GIB = 1024**3
 
@@ -49,6 +50,23 @@ class Request:
         r = spec.resources
         return cls(
             accelerator=r.accelerator_request,
+            cpus=r.cpus,
+            memory_gib=r.memory / _GIB if r.memory else None,
+            spot=r.spot,
+            nodes=r.nodes,
+            providers=r.providers,
+            regions=r.regions,
+            hours=hours,
+        )
+
+    @classmethod
+    def from_plan(cls, plan: JobPlan, hours: float | None = None) -> Request:
+        """The request of a stored job's typed spec."""
+        from ferry.accelerators import parse_accelerator
+
+        r = plan.resources
+        return cls(
+            accelerator=parse_accelerator(r.accelerator) if r.accelerator else None,
             cpus=r.cpus,
             memory_gib=r.memory / _GIB if r.memory else None,
             spot=r.spot,
@@ -205,8 +223,8 @@ def plan(
         result.considered += 1
         local = o.provider == "local"
         if not local:
-            if wanted is None or o.accelerator != wanted.name:  # the catalog sells accelerators
-                continue
+            if (o.accelerator or None) != (wanted.name if wanted else None):
+                continue  # (a job without accelerators: the machines without them)
             if request.providers and o.provider not in request.providers:
                 continue
             if request.regions and o.region not in request.regions:

@@ -341,6 +341,10 @@ def _price_check(spec: Any, store: Any, yes: bool) -> None:
     found = quote(spec, backend=backend, store=store)
     if found.option is None:
         return  # submit says why nothing fits
+    if found.option.backend not in (None, "local", "ray"):  # refused: no plan to print
+        from ferry.backends.registry import get_backend
+
+        get_backend(found.option.backend).check(spec)
     eprint(f"ferry: plan: {found.line()}")
     for other in found.plan.options[1:3]:
         eprint(f"ferry:   next: {other.describe()} · {other.price:,.2f} USD/h")

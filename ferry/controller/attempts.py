@@ -744,6 +744,8 @@ def _ended(
             return Ended(Outcome.PREEMPTED, code, ended_as.reason)
         if ended_as.outcome == ended_as.PROVIDER_FAILED:
             return Ended(Outcome.PROVIDER_FAILED, code, ended_as.reason)
+        if ended_as.outcome == ended_as.NO_CAPACITY:
+            return Ended(Outcome.NO_CAPACITY, code, ended_as.reason)
         marker = ended_as.said or sagemaker.failure_text(failure_file)
         if marker:  # the script said why it failed, as on SageMaker
             where = "/opt/ml/output/failure" if contract == "sagemaker" else "FERRY_FAILURE_FILE"

@@ -32,6 +32,7 @@ class Outcome(enum.Enum):
     PREEMPTED = "preempted"  # its capacity was taken back (spot, `ferry preempt`, simulate)
     LOST = "lost"  # the backend lost it (a node died, a head restarted): resumed like a preemption
     PROVIDER_FAILED = "provider_failed"  # the backend could not run it, with the provider's reason
+    NO_CAPACITY = "no_capacity"  # refused for capacity or quota: the next offering is tried
     CANCELLED = "cancelled"  # stopped on request
     TIMED_OUT = "timed_out"  # limits.max_runtime
     BUDGET = "budget"  # limits.max_cost
@@ -150,6 +151,15 @@ def decide(ended: Ended, history: History, limits: Limits) -> Decision:
         reason = f"{word}{what}; {used} of {limits.on_preemption}"
         # capacity comes back at once: no backoff
         return Decision(status, reason, charge=Counter.PREEMPTIONS, why=reason)
+    if outcome is Outcome.NO_CAPACITY:  # (charged as a preemption: capacity, not the job)
+        allowed, used = resume_allowed(history, limits)
+        what = ended.detail or "no capacity"
+        if not allowed:
+            reason = f"no capacity: {what}; {used} attempts refused or preempted"
+            return Decision(AttemptStatus.FAILED, reason, JobStatus.FAILED)
+        reason = f"no capacity: {what}"
+        why = f"{reason}; trying the next offering ({used} of {limits.on_preemption})"
+        return Decision(AttemptStatus.FAILED, reason, charge=Counter.PREEMPTIONS, why=why)
     if outcome is Outcome.PROVIDER_FAILED:
         return _failed(ended.detail or "the backend could not run the attempt", history, limits)
     if outcome is Outcome.CANCELLED:

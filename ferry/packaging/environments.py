@@ -362,6 +362,43 @@ def _build(
         raise
 
 
+def install_here(
+    requirements: Path,
+    cwd: Path,
+    log: IO[bytes],
+    progress: Callable[[str], None] = lambda line: None,
+    environ: dict[str, str] | None = None,
+    log_name: str | None = None,
+) -> list[str]:
+    """Install ``requirements`` into this very interpreter, with its pip (a provider's
+    framework container: its torch stays, and the job's packages join it). Returns the
+    packages pip said it installed. Raises :class:`BuildFailed` with pip's last lines."""
+    env = {**(environ or os.environ), "PIP_NO_INPUT": "1", "PYTHONUNBUFFERED": "1"}
+    env["NO_COLOR"] = "1"
+    argv = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--disable-pip-version-check",
+        "--no-input",
+        "--progress-bar",
+        "off",
+        "-r",
+        str(requirements),
+    ]
+    installed: list[str] = []
+
+    def notable(line: str) -> None:
+        if line.startswith("Successfully installed"):
+            installed.extend(line.split()[2:])
+        progress(line)
+
+    shown = log_name or str(getattr(log, "name", BUILD_LOG))
+    _run(argv, cwd, env, log, notable, "pip", shown)
+    return installed
+
+
 def installer() -> tuple[str, str]:
     """The installer the ``env.installer`` setting picks here (``uv`` or ``pip``), and the
     program to run. Raises :class:`UsageError` when it is not installed."""

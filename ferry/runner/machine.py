@@ -70,6 +70,10 @@ class Machine:
     max_pending: float = 600.0
     resources: dict[str, float] = field(default_factory=dict)
     requirements: str = ""  # environment.requirements: a file in the code (empty: none)
+    # where they go: "venv", an environment of their own under FERRY_HOME, shared by jobs
+    # asking for the same; "interpreter", the runner's own (a provider's framework
+    # container, whose packages the job keeps)
+    requirements_into: str = "venv"
 
     def fields(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -297,7 +301,9 @@ class Prepared:
         # `python` in the command means the interpreter the runner runs with, as here, or
         # the environment built from the job's requirements
         bin_dir = str(Path(sys.executable).parent)
-        if plan.requirements:
+        if plan.requirements and plan.requirements_into == "interpreter":
+            self._install_here(Path(order.cwd), order.env, record)
+        elif plan.requirements:
             self.venv = self._environment(Path(order.cwd), order.env, record)
             bin_dir = str(self.venv.bin)
             env["VIRTUAL_ENV"] = str(self.venv.path)
@@ -333,6 +339,35 @@ class Prepared:
             f"environment {want.short} ({self.plan.requirements}): {how}, {len(packages)} packages"
         )
         return held
+
+    def _install_here(self, code: Path, environ: dict[str, str], record: RunFolderWriter) -> None:
+        """Install the job's requirements (in ``code``) into the runner's own interpreter;
+        pip's lines go to this machine's log (the provider's) and the run folder's
+        ``environment.log``."""
+        from ferry.packaging.environments import BUILD_LOG, install_here, requirements_file
+
+        file = requirements_file(code, self.plan.requirements)
+        log_path = self.scratch / BUILD_LOG
+        started = time.monotonic()
+
+        def said(line: str) -> None:
+            print(f"ferry: {line}", file=sys.stderr, flush=True)
+
+        record.event(f"installing {self.plan.requirements} with pip")
+        try:
+            with open(log_path, "ab") as log:
+                shown = f"{BUILD_LOG} in the attempt's run folder"
+                installed = install_here(file, code, log, said, environ, shown)
+        finally:
+            with contextlib.suppress(OSError):
+                if log_path.stat().st_size:
+                    record.put(BUILD_LOG, log_path.read_bytes())
+        took = format_duration(time.monotonic() - started)
+        what = ", ".join(installed[:8]) + (" …" if len(installed) > 8 else "")
+        record.event(
+            f"requirements ({self.plan.requirements}) installed in {took}: "
+            + (what or "everything was there already")
+        )
 
     def discard(self) -> None:
         """Remove this machine's folders of the attempt (staged inputs, fetched

@@ -26,6 +26,7 @@ the backend: a local process, a Ray job or a cloud training job.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -39,6 +40,7 @@ from ferry.errors import FerryError
 from ferry.procs import hostname
 from ferry.storage.locations import Location, parse_uri
 
+STOPPED = "stopped"  # in the run folder: the controller stopped the attempt
 FORMAT = 1  # the layout above; a reader refuses a record written in a later format
 STATE = "state.json"
 STREAMS = ("log", "metrics", "events")
@@ -169,6 +171,15 @@ class _Place:
             return None
         return data
 
+    def remove(self, name: str) -> None:
+        """Remove ``name`` (nothing when it is not there)."""
+        if self.loc.is_local:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(Path(self.loc.path) / name)
+            return
+        with self._errors(write=True), contextlib.suppress(FileNotFoundError):
+            self.fs.rm_file(self.loc.child(name).path)
+
     def numbers(self, stream: str) -> list[int]:
         """The numbers of the segments of ``stream`` there now, in order."""
         if self.loc.is_local and not os.path.isdir(self.loc.path):
@@ -224,6 +235,18 @@ class RunFolderWriter:
         self._state = RunState(attempt, STARTING, hostname(), os.getpid(), now, now)
         if announce:
             self._place.put(STATE, self._state.to_json())
+
+    @property
+    def remote(self) -> bool:
+        """Whether the folder is in a bucket (the controller is on another machine)."""
+        return not self._place.loc.is_local
+
+    def stopped(self) -> bool:
+        """Whether the controller has stopped the attempt (``stopped`` in the folder)."""
+        try:
+            return self._place.get(STOPPED) is not None
+        except FerryError:  # (the bucket did not answer: asked again at the next beat)
+            return False
 
     @property
     def state(self) -> RunState:

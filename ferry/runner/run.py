@@ -34,7 +34,7 @@ from ferry.procs import RUNNER_NAME, name_this_process
 from ferry.runner.gang import Gang
 from ferry.runner.order import RunOrder
 from ferry.runner.processes import Member, Processes
-from ferry.runner.record import RUNNING, STARTING, RunFolderWriter, RunState
+from ferry.runner.record import RUNNING, STARTING, STOPPED, RunFolderWriter, RunState
 from ferry.runner.spawn import become_subreaper
 from ferry.status import describe_exit
 
@@ -361,6 +361,11 @@ def _watch(
                 tick()
             record.beat(RUNNING, pids=pids)
             next_beat = now + defaults.HEARTBEAT_INTERVAL
+            if record.remote and not notice.asked and record.stopped():
+                # a cloud's own stop may come late or be abrupt: the controller's word in
+                # the bucket is the notice, with the whole grace to save and send
+                notice.asked = signal.SIGTERM
+                next_beat = now
     return failed, unprompted
 
 
@@ -398,14 +403,13 @@ def take_order(folder: str, who: str) -> RunOrder | None:
     return order
 
 
-STOPPED = "stopped"  # in the run folder: the controller stopped the attempt
 SECRETS = "secrets.json"  # in a run folder on the controller's machine: the job's secrets
 
 
 def _handed_over(folder: str, order: RunOrder) -> tuple[RunOrder, bool]:
     """The order with the secrets the controller left in the run folder (a private
-    folder of its own machine; the file is removed once read), and whether the attempt
-    was stopped before this runner started."""
+    folder of its own machine, or the job's bucket; the file is removed once read), and
+    whether the attempt was stopped before this runner started."""
     from ferry.runner.record import _Place
 
     place = _Place(folder)
@@ -414,9 +418,8 @@ def _handed_over(folder: str, order: RunOrder) -> tuple[RunOrder, bool]:
     data = place.get(SECRETS)
     if data is None:
         return order, False
-    if place.loc.is_local:
-        with contextlib.suppress(OSError):
-            os.unlink(os.path.join(place.loc.path, SECRETS))
+    with contextlib.suppress(FerryError, OSError):  # read once: gone from the folder (or bucket)
+        place.remove(SECRETS)
     try:
         secrets = json.loads(data)
     except ValueError as exc:

@@ -25,6 +25,8 @@ class Resources:
     spot: bool = False
     nodes: int = 1
     procs_per_node: int | None = None
+    providers: tuple[str, ...] = ()  # where a cloud offering may come from (empty: anywhere)
+    regions: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,8 @@ class Plan:
     outputs_exist_ok: bool = False
     preempt_every: float | None = None  # simulate.preempt_every, seconds
     requirements: str | None = None  # environment.requirements: a file inside the code
+    framework: str | None = None  # environment.framework: a provider's prebuilt image
+    image: str | None = None  # environment.image: a container image built elsewhere
 
     @classmethod
     def of(cls, spec: dict[str, Any]) -> Plan:
@@ -94,6 +98,8 @@ class Plan:
                 spot=bool(res.get("spot")),
                 nodes=int(res.get("nodes") or 1),
                 procs_per_node=res.get("procs_per_node"),
+                providers=tuple(res.get("providers") or ()),
+                regions=tuple(res.get("regions") or ()),
             ),
             limits=Limits(
                 max_runtime=_float(caps.get("max_runtime")),
@@ -122,4 +128,6 @@ class Plan:
             outputs_exist_ok=bool(spec.get("outputs_exist_ok")),
             preempt_every=_float((spec.get("simulate") or {}).get("preempt_every")),
             requirements=(spec.get("environment") or {}).get("requirements"),
+            framework=(spec.get("environment") or {}).get("framework"),
+            image=(spec.get("environment") or {}).get("image"),
         )

@@ -103,23 +103,24 @@ def test_estimate_report_and_auto_backend(home: Path, project: Path) -> None:
     spec.write_text("name: tiny\ncommand: python -c pass\nresources: {accelerator: 'H100:8'}\n")
     out = ferry("cost", "estimate", str(spec), "--hours", "10", "--json", cwd=project)
     data = json.loads(out.stdout)
-    assert out.returncode == 0 and data["choice"] is None  # no cloud backend in this Ferry
+    assert out.returncode == 0 and data["choice"]["provider"] == "gcp"  # (vertex)
     assert data["hours"] == 10 and data["skipped"][0]["total_usd"] > 0
     refused = ferry("run", "--backend", "auto", str(spec), cwd=project)
-    line = assert_one_line_error(refused, 2)
-    assert line.startswith("ferry: no usable offering fits H100:8: the cheapest, ")
-    # a CPU job goes to this machine, priced at local.price_hour; the estimate says so
-    _price(0.5 / 3600)
+    line = assert_one_line_error(refused, 2)  # the cheapest is on Vertex AI, which needs a bucket
+    assert line.startswith("ferry: the vertex backend writes the job's outputs to a gs:// bucket")
+    # a CPU job goes to this machine, priced at local.price_hour (under the clouds' CPU
+    # machines); the estimate says so
+    _price(0.1 / 3600)
     cpu = project / "cpu.yaml"
     cpu.write_text("name: cpu\ncommand: python -c pass\nest_runtime: 2h\n")
     shown = ferry("cost", "estimate", str(cpu), cwd=project)
     assert shown.returncode == 0
-    assert "this machine (local backend) · 0.50 USD/h · ~1.00 USD for 2h (est_runtime)" in (
+    assert "this machine (local backend) · 0.10 USD/h · ~0.20 USD for 2h (est_runtime)" in (
         shown.stdout
     )
     run = ferry("run", "--backend", "auto", str(cpu), cwd=project)
     assert run.returncode == 0, run.stderr
-    assert "ferry: plan: this machine (local backend) · 0.50 USD/h" in run.stderr
+    assert "ferry: plan: this machine (local backend) · 0.10 USD/h" in run.stderr
     csv_out = ferry("cost", "report", "--by", "backend", "--csv").stdout
     rows = list(csv.reader(io.StringIO(csv_out)))
     assert rows[0] == ["backend", "usd"] and rows[1][0] == "local"

@@ -134,11 +134,12 @@ def price_lists() -> Iterator[PriceLists]:
 
 
 def rows_of(provider: str) -> dict[tuple[str, str, str], Offering]:
-    """The offerings in use for one provider by (region, instance type, accelerators)."""
+    """The offerings with accelerators in use for one provider by (region, instance type,
+    accelerators): what a refresh replaces (the CPU machines are shipped apart)."""
     return {
         (o.region, o.instance_type, o.accelerators): o
         for o in load_catalog().offerings
-        if o.provider == provider
+        if o.provider == provider and o.accelerator
     }
 
 

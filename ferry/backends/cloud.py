@@ -1,0 +1,339 @@
+"""What the cloud backends (Vertex AI, SageMaker) share: the offering an attempt runs on,
+the bucket its code and run folder go to, and how a provider's job is followed.
+
+An attempt on a cloud is a provider job that runs Ferry's runner (:mod:`ferry.runner.cloud`)
+with the run folder in the job's bucket. The controller's side follows it here:
+
+- the run folder's log, metrics and events are copied to this machine as they come;
+- the provider's state says whether it waits (pending, for at most ``limits.max_pending``,
+  with how long it has waited in the events), runs, or has ended;
+- when it has ended, the run folder's record says how (the exit code, the reason); where
+  the runner recorded nothing, the provider's words do, and a refusal for capacity or
+  quota passes that offering over so that the next attempt tries the next one;
+- the stop notice is ``stopped`` written in the run folder, which the runner takes as
+  SIGTERM with the whole grace to save and send; the provider's own cancel follows after
+  the grace and the upload allowance, or at once for :meth:`CloudRun.kill`.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import os
+import signal
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from ferry.backends.base import Exit, RunningAttempt, exit_of
+from ferry.errors import DoesNotFit, FerryError, SpecError
+from ferry.units import format_duration
+
+if TYPE_CHECKING:
+    from ferry.catalog.optimizer import Option
+    from ferry.store.plan import Plan
+    from ferry.store.records import Job
+
+RUNS_PREFIX = ".ferry/runs"  # in the job's bucket: the run folders of remote attempts
+DEFAULT_MAX_PENDING = 30 * 60.0  # s a cloud attempt may wait for its machine
+POLL_EVERY = 2.0  # s between looks at the provider's job and the run folder
+UPLOAD_ALLOWANCE = 300.0  # s after the grace before the provider's job is cancelled
+_UNREACHABLE_LOST = 600.0  # s without an answer from the provider before it counts as lost
+
+
+def bucket_root(outputs: str, protocol: str, backend: str) -> str:
+    """The bucket of the job's outputs (``gs://bucket``), which its code and run folders
+    share. Raises SpecError when the outputs are not in a ``protocol`` bucket."""
+    from ferry.storage.locations import parse_uri
+
+    place = parse_uri(outputs)
+    if place.protocol != protocol:
+        raise SpecError(
+            f"the {backend} backend writes the job's outputs to a {protocol}:// bucket, "
+            f"not to {outputs}",
+            f"give outputs: {protocol}://BUCKET/runs/{{job_id}}, or: ferry config set "
+            f"outputs_root {protocol}://BUCKET/runs",
+        )
+    return f"{place.protocol}://{place.bucket}"
+
+
+def run_folder(outputs: str, name: str) -> str:
+    """The run folder of the attempt whose provider job is ``name``, in the job's bucket."""
+    from ferry.storage.locations import parse_uri
+
+    place = parse_uri(outputs)
+    return f"{place.protocol}://{place.bucket}/{RUNS_PREFIX}/{name}"
+
+
+def options(plan: Plan, backend: str, *, blocked: bool = True) -> list[Option]:
+    """The offerings of ``backend``'s provider that fit the job, cheapest first (without
+    those passed over for now unless ``blocked`` is False)."""
+    from ferry.catalog.optimizer import Request
+    from ferry.catalog.optimizer import plan as make_plan
+
+    found = make_plan(
+        Request.from_plan(plan),
+        backends=[backend],
+        include_local=False,
+        blocked=None if blocked else {},
+    )
+    return [o for o in found.options if o.backend == backend]
+
+
+def choose(plan: Plan, backend: str) -> Option:
+    """The offering the next attempt runs on: the cheapest that fits and is not passed
+    over. Raises DoesNotFit saying why there is none."""
+    from ferry.catalog.optimizer import Request
+    from ferry.catalog.optimizer import plan as make_plan
+
+    found = make_plan(Request.from_plan(plan), backends=[backend], include_local=False)
+    usable = [o for o in found.options if o.backend == backend]
+    if usable:
+        return usable[0]
+    passed = [o for o in found.skipped if o.backend == backend]
+    if passed:
+        reasons = "; ".join(f"{o.describe()}: {o.skipped}" for o in passed[:3])
+        raise DoesNotFit(
+            f"every {backend} offering for {found.request.describe()} is passed over now "
+            f"({reasons})",
+            "wait, or widen resources.regions / the accelerator",
+        )
+    raise DoesNotFit(
+        f"the {backend} backend has no offering for {found.request.describe()} in the "
+        f"price catalog{_where(plan)}",
+        "choose another accelerator (ferry catalog ls), or another backend",
+    )
+
+
+def _where(plan: Plan) -> str:
+    regions = plan.resources.regions
+    return f" in {', '.join(regions)}" if regions else ""
+
+
+@dataclass(frozen=True)
+class Seen:
+    """The provider's job, as one look saw it."""
+
+    PENDING: ClassVar[str] = "pending"  # accepted, waiting for its machine
+    RUNNING: ClassVar[str] = "running"
+    ENDED: ClassVar[str] = "ended"
+
+    phase: str
+    state: str  # the provider's own word (JOB_STATE_RUNNING, InProgress/Downloading)
+    message: str = ""  # the provider's reason, verbatim, when it gives one
+    succeeded: bool = False
+    preempted: bool = False  # its capacity was taken back (spot)
+    no_capacity: bool = False  # refused for capacity or quota
+    cancelled: bool = False  # stopped by a cancel (Ferry's or anyone's)
+
+
+class CloudRun(RunningAttempt):
+    """One attempt as a provider job, followed through the provider's API and the run
+    folder. A backend implements :meth:`_look` and :meth:`_cancel`."""
+
+    def __init__(
+        self,
+        job: Job,
+        handle: str,
+        folder: str,
+        log_path: str,
+        metrics_path: str,
+        option: Option | None = None,
+    ) -> None:
+        from ferry.backends.mirror import RunMirror
+        from ferry.runner.record import _Place
+
+        self.handle = handle
+        self.pid = None
+        self.folder = folder
+        self.option = option
+        self._place = _Place(folder)
+        self._mirror = RunMirror(folder, job.plan.resources.nodes, log_path, metrics_path)
+        self._exit: Exit | None = None
+        self._launched = time.monotonic()
+        self._next_look = 0.0
+        self._answered = time.monotonic()
+        self._stopped: float | None = None  # when the controller stopped it
+        self._cancelled = False  # the provider's job was cancelled by Ferry
+        self._grace = 0.0
+        self._max_pending = job.plan.limits.max_pending or DEFAULT_MAX_PENDING
+        self._state = ""  # the provider's last state, said in the events when it changes
+        self._said: list[str] = []
+
+    # -- what a backend provides --------------------------------------------------------
+
+    @abc.abstractmethod
+    def _look(self) -> Seen:
+        """The provider's job now. Raises FerryError when the provider does not answer."""
+
+    @abc.abstractmethod
+    def _cancel(self) -> None:
+        """Ask the provider to end its job (nothing when it has ended)."""
+
+    def _where(self) -> str:
+        """Where to see the job on the provider (a console link), for messages."""
+        return ""
+
+    # -- following ---------------------------------------------------------------------
+
+    def go_on(self) -> None:
+        """Following the attempt again: nothing is copied twice."""
+        self._mirror.go_on()
+
+    def events(self) -> list[str]:
+        taken, self._said = self._said, []
+        return taken + self._mirror.events()
+
+    def poll(self) -> Exit | None:
+        if self._exit is not None:
+            return self._exit
+        now = time.monotonic()
+        if now < self._next_look:
+            return None
+        self._next_look = now + POLL_EVERY
+        try:
+            self._mirror.copy()
+            seen = self._look()
+        except FerryError as exc:
+            if now - self._answered > _UNREACHABLE_LOST:
+                self._exit = Exit(
+                    Exit.LOST,
+                    None,
+                    f"the provider did not answer for {format_duration(now - self._answered)} "
+                    f"({exc.message})",
+                )
+            return self._exit
+        self._answered = now
+        if seen.state != self._state:
+            self._state = seen.state
+            self._said.append(
+                f"provider: {seen.state}" + (f" ({seen.message})" if seen.message else "")
+            )
+        if seen.phase == Seen.ENDED:
+            self._exit = self._ended(seen)
+        elif self._stopped is not None:
+            if not self._cancelled and now - self._stopped > self._grace + UPLOAD_ALLOWANCE:
+                self._said.append("the runner did not end after the notice: cancelling")
+                self._cancel_now()
+        elif seen.phase == Seen.PENDING and now - self._launched > self._max_pending:
+            self._cancel_now()
+            self._exit = Exit(
+                Exit.NO_CAPACITY,
+                None,
+                f"still {seen.state} after limits.max_pending "
+                f"({format_duration(self._max_pending)})"
+                + (f": {seen.message}" if seen.message else ""),
+            )
+            self._pass_over(self._exit.reason)
+        return self._exit
+
+    def _ended(self, seen: Seen) -> Exit:
+        """The end of a provider job that has ended: as the run folder records it, else in
+        the provider's words."""
+        state = None
+        with contextlib.suppress(FerryError):
+            state = self._mirror.reader.state()
+        where = self._where()
+        said = f"{seen.state}" + (f": {seen.message}" if seen.message else "")
+        said += f" (see {where})" if where and not seen.succeeded else ""
+        outside = seen.cancelled and self._stopped is None
+        if state is not None and state.ended:
+            with contextlib.suppress(FerryError):
+                self._mirror.copy()
+            ended = exit_of(state)
+            if ended.outcome == Exit.EXITED and self._stopped is None:
+                if seen.preempted:
+                    return Exit(Exit.PREEMPTED, ended.code, f"spot capacity taken back ({said})")
+                if outside:
+                    return Exit(
+                        Exit.PROVIDER_FAILED, ended.code, f"cancelled outside Ferry; {said}"
+                    )
+            return ended
+        if seen.preempted:
+            return Exit(Exit.PREEMPTED, None, f"spot capacity taken back ({said})")
+        if seen.no_capacity:
+            self._pass_over(said)
+            return Exit(Exit.NO_CAPACITY, None, said)
+        if self._stopped is not None:
+            how = "ended by the provider's cancel before its runner recorded the end"
+            return Exit(Exit.EXITED, -signal.SIGKILL, f"{how}; {said}")
+        if outside:
+            return Exit(Exit.PROVIDER_FAILED, None, f"cancelled outside Ferry; {said}")
+        if state is None:  # the runner never started: the provider's words are all there is
+            return Exit(Exit.PROVIDER_FAILED, None, said)
+        return Exit(Exit.LOST, None, f"its runner ended without recording the end; {said}")
+
+    def _pass_over(self, reason: str) -> None:
+        """No capacity or quota for this offering: the next attempt tries the next one."""
+        if self.option is None:
+            return
+        from ferry.catalog.optimizer import block
+
+        with contextlib.suppress(OSError):
+            block(self.option, reason)
+        self._said.append(f"{self.option.describe()} passed over for now: {reason}")
+
+    def stop(self, grace: float | None = None) -> None:
+        """The notice: ``stopped`` in the run folder, which the runner takes as SIGTERM;
+        the provider's job is cancelled if the runner has not ended after the grace."""
+        if self._exit is not None or self._stopped is not None:
+            return
+        self._stopped = time.monotonic()
+        self._grace = self._grace_of() if grace is None else grace
+        try:
+            self._place.put(STOPPED_NAME, b"")
+        except FerryError:  # the bucket did not answer: the provider's cancel it is
+            self._cancel_now()
+
+    def _grace_of(self) -> float:
+        return 30.0
+
+    def kill(self) -> None:
+        """Cancel the provider's job now."""
+        if self._exit is None:
+            if self._stopped is None:
+                self._stopped = time.monotonic()
+            self._cancel_now()
+
+    def _cancel_now(self) -> None:
+        self._cancelled = True
+        with contextlib.suppress(FerryError):  # (unanswered: polled until it ends or is lost)
+            self._cancel()
+
+
+class Refused(RunningAttempt):
+    """An attempt the provider refused at once for capacity or quota: it ends at its
+    first poll as :attr:`Exit.NO_CAPACITY`, so that the next attempt tries the next
+    offering (passed over already)."""
+
+    def __init__(self, reason: str, said: list[str]) -> None:
+        self.handle = ""
+        self.pid = None
+        self._exit = Exit(Exit.NO_CAPACITY, None, reason)
+        self._said = said
+
+    def poll(self) -> Exit:
+        return self._exit
+
+    def events(self) -> list[str]:
+        taken, self._said = self._said, []
+        return taken
+
+    def stop(self) -> None:
+        return None
+
+    def kill(self) -> None:
+        return None
+
+
+STOPPED_NAME = "stopped"  # (ferry.runner.record.STOPPED, without importing the runner here)
+
+
+def env_for(job: Job, base_env: dict[str, str]) -> dict[str, str]:
+    """The job's own variables (the spec's ``env``), as the provider's request carries
+    them: never its secrets, which go through the run folder."""
+    return {k: v for k, v in base_env.items() if k in job.plan.env}
+
+
+def nonce() -> str:
+    return os.urandom(3).hex()

@@ -1,0 +1,460 @@
+"""The vertex backend: each attempt is a Vertex AI custom job, sent through the official
+client (``google-cloud-aiplatform``'s ``aiplatform_v1.JobServiceClient``, REST).
+
+Launching an attempt:
+
+1. the offering: the cheapest Vertex AI machine that fits and is not passed over
+   (:func:`ferry.backends.cloud.choose`), in ``vertex.region`` when that is set;
+2. the bundle: the code snapshot and Ferry's wheel in the job's bucket under their
+   content hashes (:mod:`ferry.packaging.bundle`; an unchanged folder sends 0 bytes);
+3. the run folder ``gs://BUCKET/.ferry/runs/<job>-<attempt>-<nonce>``: the runner's order
+   and the job's secrets (never in the request, which the console shows);
+4. the ``CustomJob`` (:mod:`ferry.backends.vertex_request`), parsed strictly, created.
+
+Vertex AI's states map to the controller's: QUEUED and PENDING wait (for at most
+``limits.max_pending``); RUNNING, CANCELLING, PAUSED and UPDATING run; SUCCEEDED, FAILED,
+CANCELLED and EXPIRED end the attempt as its run folder records it. A job that failed
+for lack of resources (error code 8, RESOURCE_EXHAUSTED, "Resources are insufficient")
+before its runner started had no capacity; after it started, its spot VM was taken back.
+A create refused for quota (HTTP 429) passes that offering over at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ferry import config
+from ferry.backends.base import Backend, LaunchRequest, RunningAttempt
+from ferry.backends.cloud import CloudRun, Refused, Seen, bucket_root, choose, env_for, nonce
+from ferry.errors import DoesNotFit, FerryError, SpecError, Unsupported
+from ferry.store.records import Job
+
+if TYPE_CHECKING:
+    from ferry.catalog.optimizer import Option
+    from ferry.spec import JobSpec
+    from ferry.store.plan import Plan
+
+PLACEHOLDER_PROJECT = "<PROJECT>"
+_WAITING = {"JOB_STATE_QUEUED", "JOB_STATE_PENDING"}
+_ENDED = {
+    "JOB_STATE_SUCCEEDED",
+    "JOB_STATE_FAILED",
+    "JOB_STATE_CANCELLED",
+    "JOB_STATE_EXPIRED",
+    "JOB_STATE_PARTIALLY_SUCCEEDED",
+}
+_RESOURCE_EXHAUSTED = 8  # google.rpc.Code
+_GRACE = 30.0  # s: a spot VM of Google Cloud gets 30 s between the notice and its end
+
+
+def project() -> str | None:
+    """The Google Cloud project of Vertex AI jobs, when one is set."""
+    given = config.get("vertex.project")
+    return str(given) if given else (os.environ.get("GOOGLE_CLOUD_PROJECT") or None)
+
+
+class VertexJobs:
+    """The JobService of one region (or of ``vertex.endpoint``), with its errors as
+    FerryErrors that carry Vertex AI's own words."""
+
+    def __init__(self, region: str) -> None:
+        try:
+            from google.api_core.client_options import ClientOptions
+            from google.cloud import aiplatform_v1
+        except ImportError as exc:
+            from ferry.errors import BackendNotInstalled
+
+            raise BackendNotInstalled(
+                f"the vertex backend needs google-cloud-aiplatform ({exc.name} is missing)",
+                "pip install 'ferry[vertex]'",
+            ) from None
+        endpoint = str(config.get("vertex.endpoint") or f"{region}-aiplatform.googleapis.com")
+        credentials = None
+        if endpoint.startswith("http://"):  # a test server here: nothing to authenticate to
+            from google.auth.credentials import AnonymousCredentials
+
+            credentials = AnonymousCredentials()  # type: ignore[no-untyped-call]
+        self.endpoint = endpoint
+        try:
+            self.client = aiplatform_v1.JobServiceClient(
+                client_options=ClientOptions(api_endpoint=endpoint),
+                transport="rest",
+                credentials=credentials,
+            )
+        except Exception as exc:  # (google.auth: no credentials found)
+            raise FerryError(
+                f"Vertex AI cannot be reached: {exc}",
+                "run: gcloud auth application-default login",
+            ) from None
+
+    def _call(self, what: str, call: Any) -> Any:
+        from google.api_core import exceptions
+
+        try:
+            return call()
+        except exceptions.GoogleAPICallError as exc:
+            raise VertexError(what, exc) from None
+        except Exception as exc:  # (credentials, transport)
+            raise FerryError(
+                f"Vertex AI: {what} failed: {exc}",
+                "check the credentials (gcloud auth application-default login) and the network",
+            ) from None
+
+    def create(self, parent: str, body: dict[str, Any]) -> dict[str, Any]:
+        from ferry.backends.vertex_request import validate
+
+        job = validate(body)
+        made = self._call(
+            "creating the custom job",
+            lambda: self.client.create_custom_job(parent=parent, custom_job=job, timeout=60),
+        )
+        return _as_json(made)
+
+    def get(self, name: str) -> dict[str, Any]:
+        got = self._call(
+            "reading the custom job", lambda: self.client.get_custom_job(name=name, timeout=30)
+        )
+        return _as_json(got)
+
+    def cancel(self, name: str) -> None:
+        from google.api_core import exceptions
+
+        try:
+            self.client.cancel_custom_job(name=name, timeout=30)
+        except exceptions.FailedPrecondition:  # it has ended already
+            return
+        except exceptions.GoogleAPICallError as exc:
+            raise VertexError("cancelling the custom job", exc) from None
+
+
+def _as_json(message: Any) -> dict[str, Any]:
+    from google.cloud.aiplatform_v1 import CustomJob
+
+    data: dict[str, Any] = json.loads(CustomJob.to_json(message))
+    return data
+
+
+class VertexError(FerryError):
+    """Vertex AI refused a call; its message verbatim, with the fix when one is known."""
+
+    def __init__(self, what: str, exc: Any) -> None:
+        from google.api_core import exceptions
+
+        self.quota = isinstance(exc, exceptions.ResourceExhausted)
+        hint = "see the message above"
+        if isinstance(exc, exceptions.PermissionDenied):
+            hint = (
+                "grant the role roles/aiplatform.user (and storage access to the bucket), "
+                "or enable the API: gcloud services enable aiplatform.googleapis.com"
+            )
+        elif isinstance(exc, exceptions.Unauthenticated):
+            hint = "run: gcloud auth application-default login"
+        elif self.quota:
+            hint = (
+                "ask for more quota: https://console.cloud.google.com/iam-admin/quotas "
+                "(service aiplatform.googleapis.com)"
+            )
+        elif isinstance(exc, exceptions.NotFound):
+            hint = "check vertex.project and the region (ferry config list)"
+        super().__init__(f"Vertex AI: {what} failed: {exc.message}", hint)
+
+
+class VertexRun(CloudRun):
+    """An attempt running as the custom job ``name``."""
+
+    def __init__(
+        self,
+        job: Job,
+        name: str,
+        folder: str,
+        jobs: VertexJobs,
+        log_path: str,
+        metrics_path: str,
+        option: Option | None = None,
+        said: list[str] | None = None,
+    ) -> None:
+        super().__init__(job, f"{name}@{folder}", folder, log_path, metrics_path, option)
+        self.name = name
+        self.jobs = jobs
+        self._said += said or []
+
+    def _where(self) -> str:
+        from ferry.backends.vertex_request import console_url
+
+        return console_url(self.name)
+
+    def _look(self) -> Seen:
+        data = self.jobs.get(self.name)
+        state = str(data.get("state") or "JOB_STATE_UNSPECIFIED")
+        error = data.get("error") or {}
+        message = str(error.get("message") or "")
+        if state in _WAITING:
+            return Seen(Seen.PENDING, state, message)
+        if state not in _ENDED:
+            return Seen(Seen.RUNNING, state, message)
+        exhausted = int(error.get("code") or 0) == _RESOURCE_EXHAUSTED or (
+            "insufficient" in message.lower() or "stockout" in message.lower()
+        )
+        started = self._runner_started()
+        return Seen(
+            Seen.ENDED,
+            state,
+            message,
+            succeeded=state == "JOB_STATE_SUCCEEDED",
+            preempted=exhausted and started,
+            no_capacity=exhausted and not started,
+            cancelled=state == "JOB_STATE_CANCELLED",
+        )
+
+    def _runner_started(self) -> bool:
+        with contextlib.suppress(FerryError):
+            return self._mirror.reader.state() is not None
+        return False
+
+    def _cancel(self) -> None:
+        self.jobs.cancel(self.name)
+
+    def _grace_of(self) -> float:
+        return _GRACE
+
+
+def _parse_handle(handle: str | None) -> tuple[str, str]:
+    name, _, folder = (handle or "").partition("@")
+    return name, folder
+
+
+def _region_of(name: str) -> str:
+    parts = name.split("/")
+    return parts[3] if len(parts) > 3 else ""
+
+
+class VertexBackend(Backend):
+    """Attempts run as Vertex AI custom jobs in the provider's prebuilt containers."""
+
+    name = "vertex"
+    runs_here = False
+    features = frozenset(
+        {
+            "inputs.remote",
+            "inputs.stream",
+            "outputs.remote",
+            "resources.spot",
+            "resources.tpu",
+            "environment.requirements",
+            "environment.image",
+        }
+    )
+
+    def _check(self, spec: JobSpec) -> None:
+        from ferry.accelerator_names import backend_name
+        from ferry.store.plan import Plan
+
+        outputs = spec.outputs or f"{config.default_outputs_root()}/{{job_id}}"
+        bucket_root(outputs, "gs", self.name)
+        acc = spec.resources.accelerator_request
+        if acc is not None and backend_name(acc, "vertex") is None:
+            raise Unsupported(
+                f"Vertex AI has no training machine for {acc}",
+                "see the machines it has: ferry catalog ls --provider gcp",
+            )
+        plan = Plan.of(spec.to_json())
+        option = choose(_in_region(plan), self.name)
+        _target(plan, option, project() or PLACEHOLDER_PROJECT)  # (the image: refused early)
+
+    def default_grace(self) -> float:
+        return _GRACE
+
+    def price(self, job: Job) -> float:
+        try:
+            return choose(_in_region(job.plan), self.name).price
+        except DoesNotFit:
+            return 0.0
+
+    def offering(self, job: Job) -> str:
+        try:
+            return choose(_in_region(job.plan), self.name).describe()
+        except DoesNotFit:
+            return "vertex"
+
+    def launch(self, request: LaunchRequest) -> RunningAttempt:
+        from ferry.backends import vertex_request
+        from ferry.backends.cloud import run_folder
+        from ferry.packaging.bundle import upload
+
+        job = request.job
+        option = choose(_in_region(job.plan), self.name)
+        chosen = project()
+        if chosen is None:
+            raise SpecError(
+                "no Google Cloud project is set for Vertex AI",
+                "run: ferry config set vertex.project PROJECT (or set GOOGLE_CLOUD_PROJECT)",
+            )
+        target = _target(job.plan, option, chosen)
+        root = bucket_root(job.outputs, "gs", self.name)
+        bundle = upload(Path(job.job_dir) / "code", root)
+        display = f"{job.id}-{request.attempt}-{nonce()}"
+        folder = run_folder(job.outputs, display)
+        _write_order(request, folder)
+        body = vertex_request.custom_job(
+            job_id=job.id,
+            attempt=request.attempt,
+            plan=job.plan,
+            target=target.target,
+            run_folder=folder,
+            code=bundle.code,
+            wheel=bundle.wheel,
+            outputs=job.outputs,
+            env=env_for(job, request.env),
+            timeout=provider_timeout(job.plan, request.grace),
+        )
+        said = [
+            f"code and Ferry's wheel: {bundle.sent} bytes sent"
+            if bundle.sent
+            else "code and Ferry's wheel unchanged: 0 bytes sent"
+        ]
+        if target.note:
+            said.append(target.note)
+        jobs = VertexJobs(target.target.region)
+        parent = vertex_request.parent(chosen, target.target.region)
+        try:
+            made = jobs.create(parent, body)
+        except VertexError as exc:
+            if not exc.quota:
+                raise
+            from ferry.catalog.optimizer import block
+
+            block(option, exc.message)
+            said.append(f"{option.describe()} passed over for now: {exc.message}")
+            return Refused(f"{option.describe()}: {exc.message}", said)
+        name = str(made["name"])
+        said.append(f"Vertex AI custom job {name}: {vertex_request.console_url(name)}")
+        return VertexRun(
+            job, name, folder, jobs, request.log_path, request.metrics_path, option, said
+        )
+
+    def reattach(
+        self, job: Job, attempt: int, handle: str | None, log_path: str, metrics_path: str
+    ) -> VertexRun | None:
+        name, folder = _parse_handle(handle)
+        if not name or not folder:
+            return None
+        run = VertexRun(job, name, folder, VertexJobs(_region_of(name)), log_path, metrics_path)
+        run.go_on()
+        return run
+
+    def cancel(self, job: Job, attempt: int, handle: str | None) -> None:
+        """End the attempt from any process: the notice in its run folder, and the
+        provider's cancel."""
+        from ferry.runner.record import STOPPED, _Place
+
+        name, folder = _parse_handle(handle)
+        if not name:
+            return
+        with contextlib.suppress(FerryError):
+            _Place(folder).put(STOPPED, b"")
+        with contextlib.suppress(FerryError):
+            VertexJobs(_region_of(name)).cancel(name)
+
+    def outputs_sent(self, job: Job, attempt: int, handle: str | None) -> list[Any] | None:
+        from ferry.runner.machine import OUTPUTS
+        from ferry.runner.record import RunFolderReader
+
+        folder = _parse_handle(handle)[1]
+        if not folder:
+            return None
+        try:
+            data = RunFolderReader(folder).get(OUTPUTS)
+            found = json.loads(data) if data is not None else None
+        except (FerryError, ValueError):
+            return None
+        return found if isinstance(found, list) else None
+
+
+class _Chosen:
+    """The request's target, and what to say about the image."""
+
+    def __init__(self, target: Any, note: str) -> None:
+        self.target = target
+        self.note = note
+
+
+def _in_region(plan: Plan) -> Plan:
+    """The plan, kept to ``vertex.region`` when that is set (and the spec names none)."""
+    from dataclasses import replace
+
+    region = config.get("vertex.region")
+    if not region or plan.resources.regions:
+        return plan
+    return replace(plan, resources=replace(plan.resources, regions=(str(region),)))
+
+
+def _target(plan: Plan, option: Option, project_id: str) -> _Chosen:
+    """Where an attempt of ``plan`` runs on ``option``, and in which image."""
+    from ferry.accelerator_names import VertexMachine, backend_name
+    from ferry.accelerators import parse_accelerator
+    from ferry.backends.vertex_names import VERTEX_GPU_MACHINES
+    from ferry.backends.vertex_request import Target
+    from ferry.packaging.images import vertex_image
+
+    region = option.offering.region
+    acc = parse_accelerator(plan.resources.accelerator) if plan.resources.accelerator else None
+    listed = VERTEX_GPU_MACHINES.get(option.offering.instance_type)
+    if listed is not None:  # the offering's own machine
+        machine = VertexMachine(option.offering.instance_type, listed[0], listed[1])
+    else:
+        machine = (backend_name(acc, "vertex") if acc is not None else None) or VertexMachine(
+            option.offering.instance_type
+        )
+    kind = "tpu" if acc is not None and acc.is_tpu else "gpu" if acc is not None else "cpu"
+    if plan.image:
+        image, note = plan.image, ""
+    else:
+        found = vertex_image(plan.framework, kind, region)
+        image, note = found.uri, found.note
+    target = Target(
+        project=project_id,
+        region=region,
+        machine=machine,
+        spot=option.spot,
+        image=image,
+        custom_image=bool(plan.image),
+        service_account=config.get("vertex.service_account"),
+        network=config.get("vertex.network"),
+    )
+    return _Chosen(target, note)
+
+
+def provider_timeout(plan: Plan, grace: float) -> float:
+    """The provider's own limit: ``limits.max_runtime`` with room for the notice and the
+    last upload (Ferry stops the job first), else ``cloud.max_runtime``."""
+    from ferry.backends.cloud import UPLOAD_ALLOWANCE
+
+    if plan.limits.max_runtime:
+        return plan.limits.max_runtime + grace + UPLOAD_ALLOWANCE
+    return float(config.get("cloud.max_runtime"))
+
+
+def _write_order(request: LaunchRequest, folder: str) -> None:
+    """The runner's order, and the job's secrets beside it, in the run folder."""
+    from ferry.runner.order import RunOrder
+    from ferry.runner.record import _Place
+    from ferry.runner.run import SECRETS
+
+    machine = dict(request.machine or {})
+    machine["requirements_into"] = "interpreter"  # the framework container's own Python
+    RunOrder(
+        attempt=request.attempt,
+        argv=request.argv,
+        cwd=".",  # the code, unpacked by ferry.runner.cloud
+        env={},
+        grace=request.grace,
+        procs_per_node=request.procs_per_node,
+        machine=machine,
+    ).write(folder)
+    secrets = {k: request.env[k] for k in request.job.plan.secrets if k in request.env}
+    if secrets:
+        _Place(folder).put(SECRETS, json.dumps(secrets).encode())
