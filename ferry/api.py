@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
 def resolve_job(store: Store, ref: str) -> JobRecord:
     """The job named by an id or a unique id prefix."""
+    if not ref.strip():  # ("" is a prefix of every id: never a job by itself)
+        raise JobNotFound("no job id given", "list jobs with: ferry jobs")
     matches = store.find_jobs(ref)
     if not matches:
         raise JobNotFound(f"no job matches {ref!r}", "list jobs with: ferry jobs")

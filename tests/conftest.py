@@ -4,6 +4,7 @@ conditions with a deadline (never sleeps as synchronisation)."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -226,3 +227,31 @@ def job_logs(job_id: str, *args: str) -> str:
     result = ferry("logs", job_id, *args)
     assert result.returncode == 0, result.stderr
     return result.stdout
+
+
+# Storage servers over HTTP on 127.0.0.1, started once per test session (per xdist worker)
+# by the tests that use them: S3 through moto's server mode, GCS through gcp-storage-emulator.
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def gcs_endpoint() -> Iterator[str]:
+    from gcp_storage_emulator.server import create_server
+
+    logging.getLogger("gcp_storage_emulator").setLevel(logging.ERROR)
+    server = create_server("127.0.0.1", 0, in_memory=True)
+    server.start()
+    port = server._api._httpd.server_address[1]
+    yield f"http://127.0.0.1:{port}"
+    server.stop()

@@ -108,13 +108,24 @@ class Backend(abc.ABC):
 
     def check(self, spec: JobSpec) -> None:
         """Refuse a spec that uses something this backend does not support, or can't fit."""
+        self.check_features(spec)
+        self._check(spec)
+
+    def check_features(self, spec: JobSpec) -> None:
+        """Refuse a spec that uses a feature this backend does not honour."""
         for feature, why in features_used(spec).items():
             if feature not in self.features:
                 raise Unsupported(
                     f"the {self.name} backend does not support {why} yet",
                     "remove it from the spec, or choose another backend",
                 )
-        self._check(spec)
+
+    def dry_run(self, spec: JobSpec) -> dict[str, Any] | None:
+        """What ``--dry-run`` shows of the provider's request for ``spec`` (None: there is
+        none to show), made without credentials, network or settings. Refuses what
+        :meth:`check` refuses, but for values a placeholder stands for."""
+        self.check(spec)
+        return None
 
     def _check(self, spec: JobSpec) -> None:  # noqa: B027 - optional hook
         """Backend-specific checks (capacity, types). Raise FerryError subclasses."""

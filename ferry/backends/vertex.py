@@ -132,9 +132,11 @@ class VertexJobs:
 
 
 def _as_json(message: Any) -> dict[str, Any]:
+    """A CustomJob as the REST API's JSON: field and enum names, defaults left out."""
     from google.cloud.aiplatform_v1 import CustomJob
+    from google.protobuf.json_format import MessageToDict
 
-    data: dict[str, Any] = json.loads(CustomJob.to_json(message))
+    data: dict[str, Any] = MessageToDict(CustomJob.pb(message))
     return data
 
 
@@ -144,7 +146,10 @@ class VertexError(FerryError):
     def __init__(self, what: str, exc: Any) -> None:
         from google.api_core import exceptions
 
-        self.quota = isinstance(exc, exceptions.ResourceExhausted)
+        # quota for machines (not the API's own rate limit, which a retry outlasts)
+        exhausted = isinstance(exc, (exceptions.ResourceExhausted, exceptions.TooManyRequests))
+        words = str(exc.message).lower()
+        self.quota = exhausted and ("exceed quota" in words or "custom_model_training" in words)
         hint = "see the message above"
         if isinstance(exc, exceptions.PermissionDenied):
             hint = (
@@ -249,11 +254,11 @@ class VertexBackend(Backend):
         }
     )
 
-    def _check(self, spec: JobSpec) -> None:
+    def _check(self, spec: JobSpec, outputs: str | None = None) -> None:
         from ferry.accelerator_names import backend_name
         from ferry.store.plan import Plan
 
-        outputs = spec.outputs or f"{config.default_outputs_root()}/{{job_id}}"
+        outputs = outputs or spec.outputs or f"{config.default_outputs_root()}/{{job_id}}"
         bucket_root(outputs, "gs", self.name)
         acc = spec.resources.accelerator_request
         if acc is not None and backend_name(acc, "vertex") is None:
@@ -264,6 +269,78 @@ class VertexBackend(Backend):
         plan = Plan.of(spec.to_json())
         option = choose(_in_region(plan), self.name)
         _target(plan, option, project() or PLACEHOLDER_PROJECT)  # (the image: refused early)
+
+    def dry_run(self, spec: JobSpec) -> dict[str, Any]:
+        """The ``CustomJob`` the first attempt of ``spec`` would send, with placeholders
+        for what is known only at submit (the job's id, the code's hash) or from settings
+        that are not set (the project, the bucket)."""
+        from ferry import __version__
+        from ferry.backends import vertex_request
+        from ferry.store.plan import Plan
+
+        self.check_features(spec)
+        placeholders: list[dict[str, str]] = []
+
+        def mark(name: str, filled_by: str) -> str:
+            placeholders.append({"placeholder": name, "filled_by": filled_by})
+            return name
+
+        outputs = spec.outputs or f"{config.default_outputs_root()}/{{job_id}}"
+        if not outputs.startswith("gs://"):
+            bucket = mark(
+                "<BUCKET>",
+                "outputs: gs://BUCKET/runs/{job_id} in the spec, or: ferry config set "
+                "outputs_root gs://BUCKET/runs",
+            )
+            outputs = f"gs://{bucket}/runs/{{job_id}}"
+        job_id = mark("<JOB_ID>", "the job's id, given when it is submitted")
+        outputs = outputs.replace("{job_id}", job_id)
+        root = bucket_root(outputs, "gs", self.name)
+        plan = Plan.of(spec.to_json())
+        self._check(spec, outputs=outputs)
+        option = choose(_in_region(plan), self.name)
+        chosen = project() or mark(
+            PLACEHOLDER_PROJECT,
+            "ferry config set vertex.project PROJECT (or set GOOGLE_CLOUD_PROJECT)",
+        )
+        target = _target(plan, option, chosen)
+        digest = mark("<CODE_SHA256>", "the hash of the code snapshot taken at submit")
+        wheel_hash = mark("<WHEEL_HASH>", "the hash of Ferry's wheel, uploaded at submit")
+        nonce_mark = mark("<NONCE>", "6 random hex digits, one per attempt")
+        display = f"{job_id}-1-{nonce_mark}"
+        body = vertex_request.custom_job(
+            job_id=job_id,
+            attempt=1,
+            plan=plan,
+            target=target.target,
+            run_folder=f"{root}/.ferry/runs/{display}",
+            code=f"{root}/.ferry/code/{digest}.tar.gz",
+            wheel=f"{root}/.ferry/wheels/{wheel_hash}/ferry-{__version__}-py3-none-any.whl",
+            outputs=outputs,
+            env=dict(spec.env),
+            timeout=provider_timeout(plan, self.stop_grace_of(plan)),
+        )
+        body["labels"]["ferry-job"] = job_id  # (the placeholder, not its label spelling)
+        vertex_request.validate(body)
+        region = target.target.region
+        parent = vertex_request.parent(chosen, region)
+        endpoint = str(
+            config.get("vertex.endpoint") or f"https://{region}-aiplatform.googleapis.com"
+        )
+        shown: dict[str, Any] = {
+            "method": "POST",
+            "url": f"{endpoint}/v1/{parent}/customJobs",
+            "body": body,
+            "gcloud": vertex_request.gcloud_command(body, chosen, region),
+        }
+        if target.note:
+            shown["note"] = target.note
+        shown["placeholders"] = placeholders
+        return shown
+
+    def stop_grace_of(self, plan: Plan) -> float:
+        given = plan.limits.stop_grace
+        return given if given is not None else _GRACE
 
     def default_grace(self) -> float:
         return _GRACE

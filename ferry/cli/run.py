@@ -384,9 +384,15 @@ def _dry_run(spec: Any) -> int:
 
         backend_name = choose_backend(spec)
     backend = get_backend(backend_name)
-    backend.check(spec)
+    request = backend.dry_run(spec)
     plan = {"offering": found.line(), "usd_per_hour": found.price, "estimate_usd": found.total}
-    print(json.dumps({"backend": backend_name, "plan": plan, "spec": spec.to_json()}, indent=2))
+    shown: dict[str, Any] = {"backend": backend_name, "plan": plan}
+    if request is not None:
+        shown["request"] = request
+    shown["spec"] = spec.to_json()
+    print(json.dumps(shown, indent=2))
+    for item in (request or {}).get("placeholders", []):
+        eprint(f"ferry: {item['placeholder']}: {item['filled_by']}")
     eprint(f"ferry: dry run: the {backend_name} backend accepts this job; nothing was submitted")
     return 0
 

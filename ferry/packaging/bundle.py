@@ -230,7 +230,9 @@ def _exists(uri: str) -> bool:
     if place.is_local:
         return Path(place.path).is_file()
     with bucket_errors(place, context="the job's code"):
-        return bool(filesystem(place.protocol).exists(place.path))
+        fs = filesystem(place.protocol)
+        fs.invalidate_cache(place.path)  # (a listing kept from before another upload)
+        return bool(fs.exists(place.path))
 
 
 def _put(source: Path, uri: str) -> None:

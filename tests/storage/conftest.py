@@ -1,40 +1,14 @@
 """Real storage servers for the storage tests, started once per test session (per xdist
-worker): S3 through moto's server mode, GCS through gcp-storage-emulator and Azure Blob
-through Azurite, all over HTTP on 127.0.0.1."""
+worker): S3 and GCS (tests/conftest.py) and Azure Blob through Azurite, all over HTTP on
+127.0.0.1."""
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-
-@pytest.fixture(scope="session")
-def s3_endpoint() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
-
-
-@pytest.fixture(scope="session")
-def gcs_endpoint() -> Iterator[str]:
-    from gcp_storage_emulator.server import create_server
-
-    logging.getLogger("gcp_storage_emulator").setLevel(logging.ERROR)
-    server = create_server("127.0.0.1", 0, in_memory=True)
-    server.start()
-    port = server._api._httpd.server_address[1]
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
-
 
 AZURITE = Path(__file__).parents[2] / ".venv" / "node" / "node_modules" / ".bin" / "azurite-blob"
 # Azurite's well-known development account (published in its documentation; not a secret)

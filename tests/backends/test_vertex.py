@@ -1,0 +1,281 @@
+"""The vertex backend against the JobService test server and its provider double
+(tests/backends/vertex_server.py says what they simulate), with the bucket on
+gcp-storage-emulator: real `ferry` commands, real supervisors, the real runner on the
+double's "VM"."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.backends.conftest import SCRIPT
+from tests.backends.vertex_server import VertexServer
+from tests.conftest import (
+    assert_one_line_error,
+    ferry,
+    ferry_json,
+    job_logs,
+    job_status,
+    submit,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("vertex")]
+
+
+@pytest.fixture(scope="session")
+def vertex_server(tmp_path_factory: pytest.TempPathFactory, gcs_endpoint: str) -> Iterator[Any]:
+    server = VertexServer(tmp_path_factory.mktemp("vertex"), gcs_endpoint, grace=5.0)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def on_vertex(
+    home: Path,
+    project: Path,
+    vertex_server: VertexServer,
+    gcs_endpoint: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> dict[str, Any]:
+    """This test's FERRY_HOME set for the test server, outputs in a bucket of its own."""
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_endpoint)
+    monkeypatch.setenv("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+    import gcsfs
+
+    gs = gcsfs.GCSFileSystem(token="anon", project="test", skip_instance_cache=True)
+    bucket = f"v{os.urandom(4).hex()}"
+    gs.mkdir(bucket)
+    for key, value in (
+        ("vertex.endpoint", vertex_server.endpoint),
+        ("vertex.project", "test-project"),
+        ("outputs_root", f"gs://{bucket}/runs"),
+        ("outputs.sync_interval", "1s"),
+    ):
+        assert ferry("config", "set", key, value).returncode == 0
+    vertex_server.script.clear()
+    (project / "train.py").write_text(SCRIPT)
+    return {"gs": gs, "bucket": bucket, "server": vertex_server}
+
+
+def _job_of(server: VertexServer, job_id: str) -> Any:
+    found = [j for j in server.jobs.values() if j.body["labels"]["ferry-job"] == job_id]
+    assert found, f"no custom job for {job_id}"
+    return found[-1]
+
+
+def test_a_job_runs_as_a_custom_job_and_its_model_lands_in_the_bucket(
+    on_vertex: dict[str, Any], project: Path
+) -> None:
+    server, gs, bucket = on_vertex["server"], on_vertex["gs"], on_vertex["bucket"]
+    (project / "job.yaml").write_text(
+        "name: vx\ncommand: python train.py\nhyperparameters: {lr: 0.1}\n"
+        "env: {TOKEN: visible}\nsecrets: [HIDDEN]\nlimits: {max_runtime: 1h}\n"
+    )
+    done = ferry(
+        "run", "--backend", "vertex", "job.yaml", cwd=project, timeout=180, env={"HIDDEN": "s3cr3t"}
+    )
+    assert done.returncode == 0, done.stderr
+    job_id = ferry_json("jobs")[0]["id"]
+    assert "SUCCEEDED" in done.stderr and "model: model.txt" in done.stderr
+    logs = job_logs(job_id)
+    assert '"FERRY_JOB_ID": "' + job_id in logs and '"TOKEN": "visible"' in logs
+    assert 'hyperparameters {"lr": 0.1}' in logs and "done" in logs
+    assert gs.cat_file(f"{bucket}/runs/{job_id}/model/model.txt") == b"weights"
+    # the request: what Vertex AI reads, with the limits Ferry owns
+    sent = server.requests[-1]
+    spec = sent["jobSpec"]
+    pool = spec["workerPoolSpecs"][0]
+    assert pool["machineSpec"] == {"machineType": "n1-standard-4"}
+    assert pool["pythonPackageSpec"]["pythonModule"] == "ferry.runner.cloud"
+    assert pool["pythonPackageSpec"]["executorImageUri"].endswith(":latest")
+    assert spec["scheduling"] == {  # (restartJobOnWorkerRestart: false, the default)
+        "strategy": "STANDARD",
+        "timeout": f"{3600 + 30 + 300}s",
+        "disableRetries": True,
+    }
+    assert spec["baseOutputDirectory"] == {"outputUriPrefix": f"gs://{bucket}/runs/{job_id}"}
+    assert sent["labels"] == {"ferry-job": job_id, "ferry-attempt": "1"}
+    # secrets reach the job through the run folder, never the request (the console shows it)
+    assert "s3cr3t" not in json.dumps(sent) and "HIDDEN" not in json.dumps(sent)
+    job = _job_of(server, job_id)
+    assert job.state == "JOB_STATE_SUCCEEDED"
+    runs = gs.find(f"{bucket}/.ferry/runs/")
+    assert runs and not any(path.endswith("secrets.json") for path in runs)
+    events = " | ".join(e["message"] for e in job_status(job_id)["events"])
+    assert "console.cloud.google.com/vertex-ai/locations/us-central1/training/" in events
+    # the same folder again: nothing to upload
+    again = ferry(
+        "run", "--backend", "vertex", "--detach", "job.yaml", cwd=project, env={"HIDDEN": "x"}
+    )
+    second = again.stdout.strip()
+    assert again.returncode == 0 and second and second != job_id, (again.stdout, again.stderr)
+    wait_for(lambda: job_status(second)["status"] == "SUCCEEDED", 120, "the second job")
+    events = " | ".join(e["message"] for e in job_status(second)["events"])
+    assert "code and Ferry's wheel unchanged: 0 bytes sent" in events, events
+
+
+def test_a_failing_script_fails_the_job_with_its_last_lines(
+    on_vertex: dict[str, Any], project: Path
+) -> None:
+    done = ferry(
+        "run", "--backend", "vertex", "--", "python", "train.py", "exit3", cwd=project, timeout=120
+    )
+    assert done.returncode == 3, done.stderr
+    job_id = ferry_json("jobs")[0]["id"]
+    status = job_status(job_id)
+    assert status["status"] == "FAILED" and "about to fail" in status["reason"]
+
+
+def test_failing_requirements_fail_the_attempt_with_pips_words(
+    on_vertex: dict[str, Any], project: Path
+) -> None:
+    (project / "requirements.txt").write_text("no-such-package-anywhere==1.0\n")
+    done = ferry(
+        "run",
+        "--backend",
+        "vertex",
+        "--requirements",
+        "requirements.txt",
+        "--",
+        "python",
+        "train.py",
+        cwd=project,
+        timeout=120,
+    )
+    assert done.returncode != 0
+    job_id = ferry_json("jobs")[0]["id"]
+    reason = job_status(job_id)["reason"]
+    assert "could not be installed" in reason and "no-such-package-anywhere" in reason, reason
+
+
+def test_cancel_reaches_the_runner_through_the_bucket(
+    on_vertex: dict[str, Any], project: Path, tmp_path: Path
+) -> None:
+    server = on_vertex["server"]
+    job_id = submit("--backend", "vertex", "--", "python", "train.py", "long", cwd=project)
+    wait_for(lambda: "starting at" in job_logs(job_id), 120, "the job to start on the VM")
+    assert ferry("cancel", job_id).returncode == 0
+    wait_for(lambda: job_status(job_id)["status"] == "CANCELLED", 60, "the cancel")
+    assert "notice at" in job_logs(job_id)  # it was told, and answered, before it ended
+    job = _job_of(server, job_id)
+    wait_for(lambda: job.state in ("JOB_STATE_SUCCEEDED", "JOB_STATE_CANCELLED"), 30, "its end")
+    assert job.proc is not None and job.proc.poll() is not None  # nothing left running
+
+
+def test_a_preempted_spot_job_resumes_from_its_checkpoint(
+    on_vertex: dict[str, Any], project: Path, tmp_path: Path
+) -> None:
+    server = on_vertex["server"]
+    release = tmp_path / "release"  # (the double's VM is this machine: the script sees it)
+    (project / "job.yaml").write_text(
+        f"name: spot\ncommand: python train.py long {release}\nresources: {{spot: true}}\n"
+        "checkpoint: {paths: [step.txt]}\n"
+    )
+    job_id = submit("--backend", "vertex", "job.yaml", cwd=project)
+    wait_for(lambda: _steps(job_id) >= 8, 120, "a few reported steps")
+    first = _job_of(server, job_id)
+    server.preempt(first.name)
+    second = ("logs", job_id, "--attempt", "2")
+    wait_for(lambda: "starting at" in ferry(*second).stdout, 120, "the second attempt")
+    release.touch()
+    wait_for(lambda: job_status(job_id)["status"] == "SUCCEEDED", 120, "the job to finish")
+    status = job_status(job_id)
+    assert [a["status"] for a in status["attempts"]] == ["PREEMPTED", "SUCCEEDED"]
+    assert "spot capacity taken back" in status["attempts"][0]["reason"]
+    assert _job_of(server, job_id).body["jobSpec"]["scheduling"]["strategy"] == "SPOT"
+    first_log, second_log = job_logs(job_id, "--attempt", "1"), job_logs(job_id, "--attempt", "2")
+    assert "notice at" in first_log  # the runner passed SIGTERM on, and the step was saved
+    assert "starting at 0" in first_log
+    resumed = [line for line in second_log.splitlines() if "starting at" in line]
+    assert int(resumed[0].split()[-1]) >= 8, resumed
+
+
+def _steps(job_id: str) -> int:
+    """The steps the job has reported so far."""
+    out = ferry("metrics", job_id, "--json")
+    if out.returncode != 0:
+        return 0
+    return sum(m["points"] for m in json.loads(out.stdout) if m["name"] == "loss")
+
+
+def test_no_capacity_passes_the_offering_over_and_tries_the_next(
+    on_vertex: dict[str, Any], project: Path
+) -> None:
+    server = on_vertex["server"]
+    server.script[:] = ["stockout", "quota"]
+    (project / "job.yaml").write_text(
+        "name: t4\ncommand: python train.py\nresources: {accelerator: 'T4:1'}\n"
+    )
+    done = ferry("run", "--backend", "vertex", "job.yaml", cwd=project, timeout=240)
+    assert done.returncode == 0, done.stderr
+    job_id = ferry_json("jobs")[0]["id"]
+    attempts = job_status(job_id)["attempts"]
+    assert [a["status"] for a in attempts] == ["FAILED", "FAILED", "SUCCEEDED"]
+    assert "Resources are insufficient in region" in attempts[0]["reason"]
+    assert "exceed quota limits" in attempts[1]["reason"]
+    regions = [r["jobSpec"] for r in server.requests[-3:]]
+    assert len(regions) == 3
+    offerings = [a["offering"] for a in attempts]
+    assert len(set(offerings)) == 3, offerings  # each refusal moved on to another offering
+
+
+def test_dry_run_prints_the_request_with_placeholders_and_no_settings(
+    home: Path, project: Path
+) -> None:
+    (project / "job.yaml").write_text(
+        "name: dry\ncommand: python train.py\nresources: {accelerator: 'A100:1', spot: true}\n"
+        "limits: {max_runtime: 2h}\n"
+    )
+    out = ferry("run", "--backend", "vertex", "--dry-run", "job.yaml", cwd=project)
+    assert out.returncode == 0, out.stderr
+    shown = json.loads(out.stdout)["request"]
+    body = shown["body"]
+    pool = body["jobSpec"]["workerPoolSpecs"][0]
+    assert pool["machineSpec"] == {
+        "machineType": "a2-highgpu-1g",
+        "acceleratorType": "NVIDIA_TESLA_A100",
+        "acceleratorCount": 1,
+    }
+    assert body["jobSpec"]["scheduling"]["strategy"] == "SPOT"
+    assert body["jobSpec"]["scheduling"]["timeout"] == f"{7200 + 30 + 300}s"
+    assert "/projects/<PROJECT>/locations/" in shown["url"]
+    assert shown["gcloud"].startswith("gcloud ai custom-jobs create '--project=<PROJECT>'")
+    filled = {p["placeholder"] for p in shown["placeholders"]}
+    assert {"<PROJECT>", "<BUCKET>", "<JOB_ID>"} <= filled
+    assert "ferry: <PROJECT>: ferry config set vertex.project PROJECT" in out.stderr
+    # with the settings, those are the real values
+    ferry("config", "set", "vertex.project", "my-proj")
+    ferry("config", "set", "outputs_root", "gs://my-bucket/runs")
+    out = ferry("run", "--backend", "vertex", "--dry-run", "job.yaml", cwd=project)
+    shown = json.loads(out.stdout)["request"]
+    filled = {p["placeholder"] for p in shown["placeholders"]}
+    assert "<PROJECT>" not in filled and "<BUCKET>" not in filled
+    assert "/projects/my-proj/" in shown["url"] and "gs://my-bucket/" in json.dumps(shown["body"])
+
+
+def test_the_request_is_parsed_strictly(home: Path) -> None:
+    from ferry.backends.vertex_request import validate
+    from ferry.errors import FerryError
+
+    good = {"displayName": "x", "jobSpec": {"workerPoolSpecs": []}}
+    assert validate(good).display_name == "x"
+    for bad in (
+        {"displayName": "x", "jobSpec": {"workerPools": []}},  # not a field
+        {"jobSpec": {"scheduling": {"strategy": "CHEAP"}}},  # not an enum value
+        {"jobSpec": {"scheduling": {"timeout": "an hour"}}},  # not a duration
+    ):
+        with pytest.raises(FerryError, match="Vertex AI would refuse"):
+            validate(bad)
+
+
+def test_outputs_outside_a_bucket_are_refused_at_submit(home: Path, project: Path) -> None:
+    refused = ferry("run", "--backend", "vertex", "--", "python", "train.py", cwd=project)
+    line = assert_one_line_error(refused, 2)
+    assert "writes the job's outputs to a gs:// bucket" in line
+    assert ferry_json("jobs") == []

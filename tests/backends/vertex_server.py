@@ -1,0 +1,345 @@
+"""A Vertex AI JobService test server, and the provider double behind it.
+
+What it simulates, over HTTP as the REST API serves ``JobServiceClient(transport="rest")``
+(``/v1/{parent}/customJobs``, ``/v1/{name}``, ``/v1/{name}:cancel``):
+
+- **Requests**: each body is parsed as ``aiplatform_v1.CustomJob`` with unknown fields
+  refused, as the API answers a bad request (HTTP 400, INVALID_ARGUMENT). Jobs are
+  answered in the API's JSON (``CustomJob.to_json``) with their ``name``, ``state``,
+  times and ``error`` (a ``google.rpc.Status``).
+- **Life cycle**: QUEUED, then PENDING while the machine is "provisioned", RUNNING while
+  the job's command runs, SUCCEEDED on exit 0, else FAILED with Vertex AI's words for a
+  replica's non-zero exit. A cancel is CANCELLING, SIGTERM to the command, SIGKILL after
+  ``grace`` seconds, then CANCELLED.
+- **Scripted failures** (``script``, taken by the next create): ``quota`` answers the
+  create with HTTP 429 RESOURCE_EXHAUSTED ("The following quota metrics exceed quota
+  limits: …"); ``stockout`` leaves the job PENDING, then FAILED with code 8 ("Resources
+  are insufficient in region: …"), its command never started.
+- **Spot preemption** (:meth:`VertexServer.preempt`): SIGTERM to the command, SIGKILL
+  after ``grace``, then FAILED with code 8 and a STOCKOUT message, as Vertex AI fails a
+  spot job whose VM was taken back (it may also restart it; this double does not).
+
+**The provider double** runs what the request says, as Vertex AI would on a fresh VM of
+the prebuilt image: in a fresh folder, it downloads ``packageUris`` from the bucket
+emulator and pip-installs them into the "image's" Python (an interpreter whose packages
+are the test session's, Ferry excepted), then runs ``python -m pythonModule args`` (or a
+``containerSpec``'s command and args) with the request's ``env`` and the variables Vertex
+AI sets: ``CLOUD_ML_JOB_ID``, ``CLOUD_ML_PROJECT_ID``, ``CLUSTER_SPEC``, and ``AIP_MODEL_DIR``,
+``AIP_CHECKPOINT_DIR`` and ``AIP_TENSORBOARD_LOG_DIR`` from ``baseOutputDirectory``.
+The VM's access to storage is the emulator's address (``STORAGE_EMULATOR_HOST``), as a
+real VM's is its service account.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+RESOURCE_EXHAUSTED = 8
+
+
+def image_python(root: Path) -> Path:
+    """An interpreter standing for a prebuilt image's: a venv whose packages are this
+    session's (torch, gcsfs, pip ...) through a ``.pth``, but not Ferry, which the job's
+    request installs."""
+    import site
+    import sysconfig
+
+    folder = root / "image"
+    python = folder / "bin" / "python"
+    if python.exists():
+        return python
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
+    ours = sysconfig.get_paths()["purelib"]
+    found = sorted((folder / "lib").glob("python*/site-packages"))[0]
+    (found / "image-packages.pth").write_text(f"{ours}\n")
+    assert site  # (the .pth is read by the new interpreter's site module)
+    probe = subprocess.run(
+        [str(python), "-c", "import importlib.util as u; print(u.find_spec('ferry') is None)"],
+        capture_output=True,
+        text=True,
+        cwd=str(root),
+    )
+    assert probe.stdout.strip() == "True", probe
+    return python
+
+
+@dataclass
+class Job:
+    """One custom job the server holds."""
+
+    name: str
+    body: dict[str, Any]
+    state: str = "JOB_STATE_QUEUED"
+    error: dict[str, Any] | None = None
+    created: float = field(default_factory=time.time)
+    started: float | None = None
+    ended: float | None = None
+    proc: subprocess.Popen[bytes] | None = None
+    log: Path | None = None
+    cancelled: bool = False
+    preempted: bool = False
+
+    def answer(self) -> dict[str, Any]:
+        out = dict(self.body)
+        out["name"] = self.name
+        out["state"] = self.state
+        out["createTime"] = _stamp(self.created)
+        if self.started:
+            out["startTime"] = _stamp(self.started)
+        if self.ended:
+            out["endTime"] = _stamp(self.ended)
+        if self.error:
+            out["error"] = self.error
+        return out
+
+
+def _stamp(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+class VertexServer:
+    """The server: ``endpoint`` is its address; ``jobs`` what was created; ``script`` a
+    list of behaviours the next creates take (``"quota"``, ``"stockout"``, ``"run"``)."""
+
+    def __init__(self, root: Path, storage: str, grace: float = 5.0) -> None:
+        self.root = root
+        self.storage = storage  # the bucket emulator's address
+        self.grace = grace
+        self.python = image_python(root)
+        self.jobs: dict[str, Job] = {}
+        self.requests: list[dict[str, Any]] = []  # every create's body, parsed
+        self.script: list[str] = []
+        self.provision = 0.5  # s a job stays PENDING before its command starts
+        self._lock = threading.Lock()
+        self._count = 0
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                return
+
+            def _send(self, code: int, data: dict[str, Any]) -> None:
+                raw = json.dumps(data).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def do_GET(self) -> None:
+                path = self.path.split("?")[0][len("/v1/") :]
+                job = server.jobs.get(path)
+                if job is None:
+                    return self._send(404, _status(404, "NOT_FOUND", f"{path} not found"))
+                with server._lock:
+                    self._send(200, job.answer())
+
+            def do_POST(self) -> None:
+                path = self.path.split("?")[0][len("/v1/") :]
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                if path.endswith(":cancel"):
+                    code, data = server.cancel(path[: -len(":cancel")])
+                    return self._send(code, data)
+                if path.endswith("/customJobs"):
+                    code, data = server.create(path[: -len("/customJobs")], raw)
+                    return self._send(code, data)
+                self._send(404, _status(404, "NOT_FOUND", f"no method at {path}"))
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    # -- the API -----------------------------------------------------------------------
+
+    def create(self, parent: str, raw: bytes) -> tuple[int, dict[str, Any]]:
+        from google.cloud.aiplatform_v1 import CustomJob
+        from google.protobuf.json_format import MessageToDict
+
+        try:
+            parsed = CustomJob.from_json(raw.decode(), ignore_unknown_fields=False)
+        except Exception as exc:
+            return 400, _status(400, "INVALID_ARGUMENT", f"Invalid JSON payload: {exc}")
+        body = MessageToDict(CustomJob.pb(parsed))  # (names, defaults left out)
+        self.requests.append(body)  # (as the API reads it: enum names, defaults left out)
+        behaviour = self.script.pop(0) if self.script else "run"
+        region = parent.split("/")[3]
+        if behaviour == "quota":
+            return 429, _status(
+                429,
+                "RESOURCE_EXHAUSTED",
+                "The following quota metrics exceed quota limits: aiplatform.googleapis.com/"
+                f"custom_model_training_nvidia_t4_gpus (region {region})",
+            )
+        with self._lock:
+            self._count += 1
+            name = f"{parent}/customJobs/{1000 + self._count}"
+            job = self.jobs[name] = Job(name, body)
+        threading.Thread(target=self._life, args=(job, behaviour, region), daemon=True).start()
+        return 200, job.answer()
+
+    def cancel(self, name: str) -> tuple[int, dict[str, Any]]:
+        job = self.jobs.get(name)
+        if job is None:
+            return 404, _status(404, "NOT_FOUND", f"{name} not found")
+        with self._lock:
+            if job.state in _ENDED:
+                return 400, _status(400, "FAILED_PRECONDITION", f"{name} has ended")
+            job.cancelled = True
+            job.state = "JOB_STATE_CANCELLING"
+        self._stop(job)
+        return 200, {}
+
+    def preempt(self, name: str) -> None:
+        """The spot VM of ``name`` is taken back."""
+        job = self.jobs[name]
+        job.preempted = True
+        self._stop(job)
+
+    def _stop(self, job: Job) -> None:
+        proc = job.proc
+        if proc is None or proc.poll() is not None:
+            return
+
+        def stop() -> None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(self.grace)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+
+        threading.Thread(target=stop, daemon=True).start()
+
+    # -- a job's life -------------------------------------------------------------------
+
+    def _life(self, job: Job, behaviour: str, region: str) -> None:
+        time.sleep(0.2)
+        self._set(job, "JOB_STATE_PENDING")
+        time.sleep(self.provision)
+        if job.cancelled:
+            return self._end(job, "JOB_STATE_CANCELLED", {"code": 1, "message": "CANCELED"})
+        if behaviour == "stockout":
+            error = {
+                "code": RESOURCE_EXHAUSTED,
+                "message": f"Resources are insufficient in region: {region}. Try a different "
+                "region or use a different accelerator.",
+            }
+            return self._end(job, "JOB_STATE_FAILED", error)
+        try:
+            code = self._run(job)
+        except Exception as exc:  # the double itself failed: said as an internal error
+            return self._end(job, "JOB_STATE_FAILED", {"code": 13, "message": repr(exc)})
+        if job.cancelled:
+            self._end(job, "JOB_STATE_CANCELLED", {"code": 1, "message": "CANCELED"})
+        elif job.preempted:
+            message = "The replica workerpool0-0 was preempted: STOCKOUT (Spot VM taken back)"
+            self._end(job, "JOB_STATE_FAILED", {"code": RESOURCE_EXHAUSTED, "message": message})
+        elif code == 0:
+            self._end(job, "JOB_STATE_SUCCEEDED", None)
+        else:
+            message = (
+                f"The replica workerpool0-0 exited with a non-zero status of {code}. "
+                "To find out more about why your job exited please check the logs"
+            )
+            self._end(job, "JOB_STATE_FAILED", {"code": 3, "message": message})
+
+    def _run(self, job: Job) -> int:
+        """What the VM runs; returns its exit code."""
+        import gcsfs
+
+        number = job.name.rsplit("/", 1)[1]
+        vm = self.root / f"vm-{number}"
+        (vm / "home").mkdir(parents=True)
+        (vm / "tmp").mkdir()
+        job.log = vm / "log.txt"
+        spec = job.body["jobSpec"]
+        pool = spec["workerPoolSpecs"][0]
+        base = spec.get("baseOutputDirectory", {}).get("outputUriPrefix", "").rstrip("/")
+        env = {
+            "PATH": f"{self.python.parent}:/usr/bin:/bin",
+            "HOME": str(vm / "home"),
+            "TMPDIR": str(vm / "tmp"),
+            "LANG": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "CLOUD_ML_JOB_ID": number,
+            "CLOUD_ML_PROJECT_ID": "123456789012",
+            "CLUSTER_SPEC": json.dumps(
+                {
+                    "cluster": {"workerpool0": ["workerpool0-0:2222"]},
+                    "environment": "cloud",
+                    "task": {"type": "workerpool0", "index": 0},
+                    "job": json.dumps(spec),
+                }
+            ),
+            # the VM's access to storage (a real one's: its service account)
+            "STORAGE_EMULATOR_HOST": self.storage,
+            "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
+        }
+        if base:
+            env["AIP_MODEL_DIR"] = f"{base}/model/"
+            env["AIP_CHECKPOINT_DIR"] = f"{base}/checkpoints/"
+            env["AIP_TENSORBOARD_LOG_DIR"] = f"{base}/logs/"
+        with open(job.log, "ab") as log:
+            if "pythonPackageSpec" in pool:
+                package = pool["pythonPackageSpec"]
+                env.update({e["name"]: e["value"] for e in package.get("env", [])})
+                fs = gcsfs.GCSFileSystem(token="anon", skip_instance_cache=True)
+                local = []
+                for uri in package.get("packageUris", []):
+                    target = vm / "packages" / uri.rsplit("/", 1)[1]
+                    target.parent.mkdir(exist_ok=True)
+                    fs.get_file(uri[len("gs://") :], str(target))
+                    local.append(str(target))
+                pip = [str(self.python), "-m", "pip", "install", "--no-input", *local]
+                pip += ["--disable-pip-version-check", "--no-index"]  # (here: no network)
+                installed = subprocess.run(pip, env=env, cwd=vm / "home", stdout=log, stderr=log)
+                if installed.returncode:
+                    return installed.returncode
+                argv = [str(self.python), "-m", package["pythonModule"], *package.get("args", [])]
+            else:
+                container = pool["containerSpec"]
+                env.update({e["name"]: e["value"] for e in container.get("env", [])})
+                command = [str(self.python) if w == "python3" else w for w in container["command"]]
+                argv = [*command, *container.get("args", [])]
+            self._set(job, "JOB_STATE_RUNNING", started=True)
+            job.proc = subprocess.Popen(
+                argv, env=env, cwd=vm / "home", stdout=log, stderr=log, start_new_session=True
+            )
+            return job.proc.wait()
+
+    def _set(self, job: Job, state: str, started: bool = False) -> None:
+        with self._lock:
+            if job.state in _ENDED or (job.cancelled and state != "JOB_STATE_CANCELLED"):
+                return
+            job.state = state
+            if started:
+                job.started = time.time()
+
+    def _end(self, job: Job, state: str, error: dict[str, Any] | None) -> None:
+        with self._lock:
+            job.state = state
+            job.error = error
+            job.ended = time.time()
+
+    def close(self) -> None:
+        for job in self.jobs.values():
+            if job.proc is not None and job.proc.poll() is None:
+                os.killpg(job.proc.pid, signal.SIGKILL)
+        self.httpd.shutdown()
+
+
+_ENDED = {"JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED"}
+
+
+def _status(code: int, status: str, message: str) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "status": status}}
