@@ -34,7 +34,6 @@ from tests.conftest import (
 from tests.conftest import job_logs as _logs
 from tests.conftest import until_logged as _until_logged
 from tests.conftest import wait_status_slowly as wait_status
-from tests.storage.conftest import s3_endpoint  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.xdist_group("ray")  # one head, on one worker
 
@@ -306,7 +305,7 @@ def _s3_bucket(endpoint: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, str
 
 def test_outputs_the_runner_cannot_send_fail_the_job(
     ray_project: Path,
-    s3_endpoint: str,  # noqa: F811 - the fixture imported above
+    s3_endpoint: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     _, bucket = _s3_bucket(s3_endpoint, monkeypatch)
@@ -322,7 +321,7 @@ def test_outputs_the_runner_cannot_send_fail_the_job(
 
 def test_outputs_in_s3_are_sent_by_the_runner(
     ray_project: Path,
-    s3_endpoint: str,  # noqa: F811 - the fixture imported above
+    s3_endpoint: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     s3, bucket = _s3_bucket(s3_endpoint, monkeypatch)
@@ -579,7 +578,7 @@ def test_a_cluster_elsewhere_is_followed_through_the_bucket(
     project: Path,
     ray_head: str,
     tmp_path: Path,
-    s3_endpoint: str,  # noqa: F811 - the fixture imported above
+    s3_endpoint: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A head reached at this machine's network address counts as one elsewhere: the order

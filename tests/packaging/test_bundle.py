@@ -19,7 +19,6 @@ import pytest
 from ferry.errors import FerryError
 from ferry.packaging import bundle
 from ferry.packaging.wheel import ferry_wheel
-from tests.storage.conftest import s3_endpoint  # noqa: F401 - a fixture
 
 
 def test_ferrys_wheel_installs_with_pip_and_is_made_once(home: Path, tmp_path: Path) -> None:
