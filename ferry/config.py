@@ -8,6 +8,7 @@ time rather than when a job starts.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -325,7 +326,10 @@ def _read_raw() -> dict[str, str]:
         return {}
     except OSError as exc:
         raise FerryError(f"cannot read {path}: {exc.strerror}", "check its permissions") from None
-    import tomllib
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # (Python 3.10)
+        import tomli as tomllib
 
     try:
         data = tomllib.loads(text)

@@ -22,6 +22,7 @@ import contextlib
 import os
 import signal
 import time
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -39,6 +40,11 @@ DEFAULT_MAX_PENDING = 30 * 60.0  # s a cloud attempt may wait for its machine
 POLL_EVERY = 2.0  # s between looks at the provider's job and the run folder
 UPLOAD_ALLOWANCE = 300.0  # s after the grace before the provider's job is cancelled
 _UNREACHABLE_LOST = 600.0  # s without an answer from the provider before it counts as lost
+CANCEL_AGAIN = 30.0  # s between cancels of a job that has not ended
+_LAST_COPY_WITHIN = 120.0  # s an ended job's last lines are waited for (the bucket failing)
+# a process following many attempts asks about each less often: ~1/_POLL_SHARE looks a second
+_POLL_SHARE = 0.05
+_following: weakref.WeakSet[CloudRun] = weakref.WeakSet()
 
 
 def bucket_root(outputs: str, protocol: str, backend: str) -> str:
@@ -129,7 +135,13 @@ class Seen:
 
 class CloudRun(RunningAttempt):
     """One attempt as a provider job, followed through the provider's API and the run
-    folder. A backend implements :meth:`_look` and :meth:`_cancel`."""
+    folder. A backend implements :meth:`_look` and :meth:`_cancel`.
+
+    Stopping: :meth:`stop` writes ``stopped`` in the run folder (the runner's notice, with
+    ``grace`` seconds before its SIGKILL); the provider's job is cancelled only once the
+    runner has had the grace and the upload allowance, or at once when the attempt was
+    killed without a notice. A cancel that fails is asked again, every ``CANCEL_AGAIN``
+    seconds, until the provider says the job has ended."""
 
     def __init__(
         self,
@@ -138,6 +150,7 @@ class CloudRun(RunningAttempt):
         folder: str,
         log_path: str,
         metrics_path: str,
+        grace: float,
         option: Option | None = None,
     ) -> None:
         from ferry.backends.mirror import RunMirror
@@ -147,18 +160,22 @@ class CloudRun(RunningAttempt):
         self.pid = None
         self.folder = folder
         self.option = option
+        self.grace = grace
         self._place = _Place(folder)
         self._mirror = RunMirror(folder, job.plan.resources.nodes, log_path, metrics_path)
         self._exit: Exit | None = None
         self._launched = time.monotonic()
         self._next_look = 0.0
-        self._answered = time.monotonic()
+        self._answered = time.monotonic()  # the provider's last answer
+        self._read = time.monotonic()  # the run folder's last good read
         self._stopped: float | None = None  # when the controller stopped it
-        self._cancelled = False  # the provider's job was cancelled by Ferry
-        self._grace = 0.0
+        self._cancel_at: float | None = None  # when the provider's job is to be cancelled
+        self._cancelled: float | None = None  # when a cancel was last asked for
+        self._ending: tuple[Seen, float] | None = None  # ended, its last lines still to copy
         self._max_pending = job.plan.limits.max_pending or DEFAULT_MAX_PENDING
         self._state = ""  # the provider's last state, said in the events when it changes
         self._said: list[str] = []
+        _following.add(self)
 
     # -- what a backend provides --------------------------------------------------------
 
@@ -168,7 +185,7 @@ class CloudRun(RunningAttempt):
 
     @abc.abstractmethod
     def _cancel(self) -> None:
-        """Ask the provider to end its job (nothing when it has ended)."""
+        """Ask the provider to end its job (nothing when it has ended). Raises FerryError."""
 
     def _where(self) -> str:
         """Where to see the job on the provider (a console link), for messages."""
@@ -190,42 +207,84 @@ class CloudRun(RunningAttempt):
         now = time.monotonic()
         if now < self._next_look:
             return None
-        self._next_look = now + POLL_EVERY
+        # a process following many attempts (a watcher) asks each provider less often
+        self._next_look = now + max(POLL_EVERY, len(_following) * _POLL_SHARE)
+        copied = self._copy(now)
+        if self._ending is not None:  # ended: its last lines, then the end
+            seen, since = self._ending
+            if copied or now - since > _LAST_COPY_WITHIN:
+                return self._end(self._ended(seen))
+            return None
         try:
-            self._mirror.copy()
             seen = self._look()
         except FerryError as exc:
             if now - self._answered > _UNREACHABLE_LOST:
-                self._exit = Exit(
-                    Exit.LOST,
-                    None,
-                    f"the provider did not answer for {format_duration(now - self._answered)} "
-                    f"({exc.message})",
+                self._give_up()
+                return self._end(
+                    Exit(
+                        Exit.LOST,
+                        None,
+                        f"the provider did not answer for "
+                        f"{format_duration(now - self._answered)} ({exc.message})",
+                    )
                 )
-            return self._exit
+            return None
         self._answered = now
         if seen.state != self._state:
             self._state = seen.state
-            self._said.append(
-                f"provider: {seen.state}" + (f" ({seen.message})" if seen.message else "")
-            )
+            words = f" ({seen.message})" if seen.message else ""
+            self._said.append(f"provider: {seen.state}{words}")
         if seen.phase == Seen.ENDED:
-            self._exit = self._ended(seen)
-        elif self._stopped is not None:
-            if not self._cancelled and now - self._stopped > self._grace + UPLOAD_ALLOWANCE:
-                self._said.append("the runner did not end after the notice: cancelling")
+            if copied:
+                return self._end(self._ended(seen))
+            self._ending = (seen, now)  # (the bucket did not answer: its last lines later)
+            return None
+        if self._cancel_at is not None and now >= self._cancel_at:
+            again = self._cancelled is not None and now - self._cancelled < CANCEL_AGAIN
+            if not again:
+                if self._cancelled is None and self._stopped is not None:
+                    self._said.append("the runner did not end after the notice: cancelling")
                 self._cancel_now()
-        elif seen.phase == Seen.PENDING and now - self._launched > self._max_pending:
-            self._cancel_now()
-            self._exit = Exit(
-                Exit.NO_CAPACITY,
-                None,
+        elif (
+            seen.phase == Seen.PENDING
+            and self._stopped is None
+            and now - self._launched > self._max_pending
+        ):
+            self._give_up()
+            reason = (
                 f"still {seen.state} after limits.max_pending "
                 f"({format_duration(self._max_pending)})"
-                + (f": {seen.message}" if seen.message else ""),
+                + (f": {seen.message}" if seen.message else "")
             )
-            self._pass_over(self._exit.reason)
-        return self._exit
+            self._pass_over(reason)
+            return self._end(Exit(Exit.NO_CAPACITY, None, reason))
+        return None
+
+    def _copy(self, now: float) -> bool:
+        """Copy the run folder's news here; whether it could be read."""
+        try:
+            self._mirror.copy()
+        except FerryError:
+            return False
+        self._read = now
+        return True
+
+    def _end(self, ended: Exit) -> Exit:
+        self._exit = ended
+        _following.discard(self)
+        with contextlib.suppress(FerryError):  # (read once by a runner; never left behind)
+            self._place.remove(SECRETS_NAME)
+        return ended
+
+    def _give_up(self) -> None:
+        """Following it no more: a runner still to start ends at once, and the provider's
+        job is cancelled (a failed cancel is said)."""
+        with contextlib.suppress(FerryError):
+            self._place.put(STOPPED_NAME, b"")
+        try:
+            self._cancel()
+        except FerryError as exc:
+            self._said.append(f"the provider's job could not be cancelled: {exc.message}")
 
     def _ended(self, seen: Seen) -> Exit:
         """The end of a provider job that has ended: as the run folder records it, else in
@@ -238,16 +297,13 @@ class CloudRun(RunningAttempt):
         said += f" (see {where})" if where and not seen.succeeded else ""
         outside = seen.cancelled and self._stopped is None
         if state is not None and state.ended:
-            with contextlib.suppress(FerryError):
-                self._mirror.copy()
             ended = exit_of(state)
             if ended.outcome == Exit.EXITED and self._stopped is None:
                 if seen.preempted:
                     return Exit(Exit.PREEMPTED, ended.code, f"spot capacity taken back ({said})")
                 if outside:
-                    return Exit(
-                        Exit.PROVIDER_FAILED, ended.code, f"cancelled outside Ferry; {said}"
-                    )
+                    why = f"cancelled outside Ferry; {said}"
+                    return Exit(Exit.PROVIDER_FAILED, ended.code, why)
             return ended
         if seen.preempted:
             return Exit(Exit.PREEMPTED, None, f"spot capacity taken back ({said})")
@@ -273,32 +329,42 @@ class CloudRun(RunningAttempt):
             block(self.option, reason)
         self._said.append(f"{self.option.describe()} passed over for now: {reason}")
 
-    def stop(self, grace: float | None = None) -> None:
+    def stop(self) -> None:
         """The notice: ``stopped`` in the run folder, which the runner takes as SIGTERM;
-        the provider's job is cancelled if the runner has not ended after the grace."""
+        the provider's job is cancelled if the runner has not ended after the grace and
+        the upload allowance (at once when the notice cannot be written)."""
         if self._exit is not None or self._stopped is not None:
             return
-        self._stopped = time.monotonic()
-        self._grace = self._grace_of() if grace is None else grace
+        now = time.monotonic()
+        self._stopped = now
+        self._next_look = 0.0
         try:
             self._place.put(STOPPED_NAME, b"")
         except FerryError:  # the bucket did not answer: the provider's cancel it is
+            self._cancel_at = now
             self._cancel_now()
-
-    def _grace_of(self) -> float:
-        return 30.0
+            return
+        self._cancel_at = now + self.grace + UPLOAD_ALLOWANCE
 
     def kill(self) -> None:
-        """Cancel the provider's job now."""
-        if self._exit is None:
-            if self._stopped is None:
-                self._stopped = time.monotonic()
+        """The end, when the notice was not enough: after a notice, the provider's job is
+        cancelled once the runner has had its grace and upload allowance (it ends by
+        itself before then); without one, at once."""
+        if self._exit is not None:
+            return
+        if self._stopped is None:
+            self._stopped = time.monotonic()
+            with contextlib.suppress(FerryError):
+                self._place.put(STOPPED_NAME, b"")
+            self._cancel_at = self._stopped
             self._cancel_now()
 
     def _cancel_now(self) -> None:
-        self._cancelled = True
-        with contextlib.suppress(FerryError):  # (unanswered: polled until it ends or is lost)
+        self._cancelled = time.monotonic()
+        try:
             self._cancel()
+        except FerryError as exc:  # asked again at a later poll
+            self._said.append(f"cancelling the provider's job failed (asked again): {exc.message}")
 
 
 class Refused(RunningAttempt):
@@ -327,6 +393,7 @@ class Refused(RunningAttempt):
 
 
 STOPPED_NAME = "stopped"  # (ferry.runner.record.STOPPED, without importing the runner here)
+SECRETS_NAME = "secrets.json"  # (ferry.runner.run.SECRETS)
 
 
 def env_for(job: Job, base_env: dict[str, str]) -> dict[str, str]:

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from ferry.store.plan import Plan
 
 PLACEHOLDER_PROJECT = "<PROJECT>"
+RUN_LABEL = "ferry-run"  # the label that names one attempt's custom job (its run folder)
 _WAITING = {"JOB_STATE_QUEUED", "JOB_STATE_PENDING"}
 _ENDED = {
     "JOB_STATE_SUCCEEDED",
@@ -62,16 +63,10 @@ class VertexJobs:
     FerryErrors that carry Vertex AI's own words."""
 
     def __init__(self, region: str) -> None:
-        try:
-            from google.api_core.client_options import ClientOptions
-            from google.cloud import aiplatform_v1
-        except ImportError as exc:
-            from ferry.errors import BackendNotInstalled
+        _require_sdk()
+        from google.api_core.client_options import ClientOptions
+        from google.cloud import aiplatform_v1
 
-            raise BackendNotInstalled(
-                f"the vertex backend needs google-cloud-aiplatform ({exc.name} is missing)",
-                "pip install 'ferry[vertex]'",
-            ) from None
         endpoint = str(config.get("vertex.endpoint") or f"{region}-aiplatform.googleapis.com")
         credentials = None
         if endpoint.startswith("http://"):  # a test server here: nothing to authenticate to
@@ -91,6 +86,19 @@ class VertexJobs:
                 "run: gcloud auth application-default login",
             ) from None
 
+    @staticmethod
+    def _retry() -> Any:
+        """Retries for calls that may be repeated: the API's rate limit, a server error."""
+        from google.api_core import exceptions, retry
+
+        transient = retry.if_exception_type(
+            exceptions.TooManyRequests,
+            exceptions.ServiceUnavailable,
+            exceptions.InternalServerError,
+            exceptions.GatewayTimeout,
+        )
+        return retry.Retry(predicate=transient, initial=1.0, maximum=10.0, timeout=60.0)
+
     def _call(self, what: str, call: Any) -> Any:
         from google.api_core import exceptions
 
@@ -98,25 +106,51 @@ class VertexJobs:
             return call()
         except exceptions.GoogleAPICallError as exc:
             raise VertexError(what, exc) from None
-        except Exception as exc:  # (credentials, transport)
+        except Exception as exc:  # (credentials, transport, a retry that ran out)
             raise FerryError(
                 f"Vertex AI: {what} failed: {exc}",
                 "check the credentials (gcloud auth application-default login) and the network",
             ) from None
 
     def create(self, parent: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Create the custom job ``body``. A call whose answer was lost (a timeout, a
+        server error) may have made it: it is looked for by its ``ferry-run`` label before
+        the error is raised, so no job runs unseen."""
+        from google.api_core import exceptions
+
         from ferry.backends.vertex_request import validate
 
         job = validate(body)
-        made = self._call(
-            "creating the custom job",
-            lambda: self.client.create_custom_job(parent=parent, custom_job=job, timeout=60),
-        )
+        try:
+            made = self.client.create_custom_job(parent=parent, custom_job=job, timeout=60)
+        except exceptions.ClientError as exc:  # refused: nothing was made
+            raise VertexError("creating the custom job", exc) from None
+        except Exception as exc:  # no answer, or a server error: it may exist
+            found = self.find(parent, str(body["labels"].get(RUN_LABEL, "")))
+            if found is not None:
+                return found
+            raise FerryError(
+                f"Vertex AI: creating the custom job failed: {exc}",
+                "check the network, and try again",
+            ) from None
         return _as_json(made)
+
+    def find(self, parent: str, run: str) -> dict[str, Any] | None:
+        """The custom job labelled ``ferry-run=run``, if there is one."""
+        if not run:
+            return None
+        with contextlib.suppress(Exception):
+            from google.cloud.aiplatform_v1 import ListCustomJobsRequest
+
+            asked = ListCustomJobsRequest(parent=parent, filter=f'labels.{RUN_LABEL}="{run}"')
+            for found in self.client.list_custom_jobs(request=asked, timeout=30):
+                return _as_json(found)
+        return None
 
     def get(self, name: str) -> dict[str, Any]:
         got = self._call(
-            "reading the custom job", lambda: self.client.get_custom_job(name=name, timeout=30)
+            "reading the custom job",
+            lambda: self.client.get_custom_job(name=name, retry=self._retry(), timeout=30),
         )
         return _as_json(got)
 
@@ -124,11 +158,38 @@ class VertexJobs:
         from google.api_core import exceptions
 
         try:
-            self.client.cancel_custom_job(name=name, timeout=30)
-        except exceptions.FailedPrecondition:  # it has ended already
-            return
+            self.client.cancel_custom_job(name=name, retry=self._retry(), timeout=30)
         except exceptions.GoogleAPICallError as exc:
+            if isinstance(exc, exceptions.FailedPrecondition) or status_of(exc) == (
+                "FAILED_PRECONDITION"
+            ):
+                return  # it has ended already
             raise VertexError("cancelling the custom job", exc) from None
+        except Exception as exc:  # (the network, credentials)
+            raise FerryError(f"Vertex AI: cancelling the custom job failed: {exc}") from None
+
+
+def status_of(exc: Any) -> str:
+    """The ``google.rpc`` status an error carries (REST: in its JSON body), or ``""``."""
+    code = getattr(exc, "grpc_status_code", None)
+    if code is not None:
+        return str(getattr(code, "name", code))
+    with contextlib.suppress(Exception):
+        return str(exc.response.json()["error"]["status"])
+    return ""
+
+
+def _require_sdk() -> None:
+    """Raise BackendNotInstalled when google-cloud-aiplatform is missing."""
+    import importlib.util
+
+    if importlib.util.find_spec("google.cloud.aiplatform_v1") is None:
+        from ferry.errors import BackendNotInstalled
+
+        raise BackendNotInstalled(
+            "the vertex backend needs google-cloud-aiplatform, which is not installed",
+            "pip install 'ferry[vertex]'",
+        )
 
 
 def _as_json(message: Any) -> dict[str, Any]:
@@ -147,16 +208,18 @@ class VertexError(FerryError):
         from google.api_core import exceptions
 
         # quota for machines (not the API's own rate limit, which a retry outlasts)
-        exhausted = isinstance(exc, (exceptions.ResourceExhausted, exceptions.TooManyRequests))
+        exhausted = isinstance(
+            exc, (exceptions.ResourceExhausted, exceptions.TooManyRequests)
+        ) or status_of(exc) == ("RESOURCE_EXHAUSTED")
         words = str(exc.message).lower()
         self.quota = exhausted and ("exceed quota" in words or "custom_model_training" in words)
         hint = "see the message above"
-        if isinstance(exc, exceptions.PermissionDenied):
+        if isinstance(exc, (exceptions.PermissionDenied, exceptions.Forbidden)):
             hint = (
                 "grant the role roles/aiplatform.user (and storage access to the bucket), "
                 "or enable the API: gcloud services enable aiplatform.googleapis.com"
             )
-        elif isinstance(exc, exceptions.Unauthenticated):
+        elif isinstance(exc, (exceptions.Unauthenticated, exceptions.Unauthorized)):
             hint = "run: gcloud auth application-default login"
         elif self.quota:
             hint = (
@@ -176,16 +239,24 @@ class VertexRun(CloudRun):
         job: Job,
         name: str,
         folder: str,
-        jobs: VertexJobs,
         log_path: str,
         metrics_path: str,
+        grace: float,
         option: Option | None = None,
         said: list[str] | None = None,
+        jobs: VertexJobs | None = None,
     ) -> None:
-        super().__init__(job, f"{name}@{folder}", folder, log_path, metrics_path, option)
+        super().__init__(job, f"{name}@{folder}", folder, log_path, metrics_path, grace, option)
         self.name = name
-        self.jobs = jobs
+        self._jobs = jobs
         self._said += said or []
+
+    @property
+    def jobs(self) -> VertexJobs:
+        """The client (made when first needed: credentials that fail say so in a poll)."""
+        if self._jobs is None:
+            self._jobs = VertexJobs(_region_of(self.name))
+        return self._jobs
 
     def _where(self) -> str:
         from ferry.backends.vertex_request import console_url
@@ -201,8 +272,9 @@ class VertexRun(CloudRun):
             return Seen(Seen.PENDING, state, message)
         if state not in _ENDED:
             return Seen(Seen.RUNNING, state, message)
+        words = message.lower()
         exhausted = int(error.get("code") or 0) == _RESOURCE_EXHAUSTED or (
-            "insufficient" in message.lower() or "stockout" in message.lower()
+            "resources are insufficient" in words or "stockout" in words
         )
         started = self._runner_started()
         return Seen(
@@ -258,8 +330,17 @@ class VertexBackend(Backend):
         from ferry.accelerator_names import backend_name
         from ferry.store.plan import Plan
 
+        _require_sdk()
         outputs = outputs or spec.outputs or f"{config.default_outputs_root()}/{{job_id}}"
         bucket_root(outputs, "gs", self.name)
+        for name, item in spec.inputs.items():
+            if "://" not in item.uri or item.uri.startswith("file://"):
+                raise SpecError(
+                    f"input {name!r} is a file of this machine ({item.uri}), which a Vertex AI "
+                    "machine cannot read",
+                    f"put it in a bucket (gcloud storage cp -r {item.uri} gs://BUCKET/...) "
+                    "and give that URI",
+                )
         acc = spec.resources.accelerator_request
         if acc is not None and backend_name(acc, "vertex") is None:
             raise Unsupported(
@@ -371,11 +452,12 @@ class VertexBackend(Backend):
                 "run: ferry config set vertex.project PROJECT (or set GOOGLE_CLOUD_PROJECT)",
             )
         target = _target(job.plan, option, chosen)
+        region = target.target.region
+        jobs = VertexJobs(region)  # (credentials that fail: before anything is uploaded)
         root = bucket_root(job.outputs, "gs", self.name)
         bundle = upload(Path(job.job_dir) / "code", root)
         display = f"{job.id}-{request.attempt}-{nonce()}"
         folder = run_folder(job.outputs, display)
-        _write_order(request, folder)
         body = vertex_request.custom_job(
             job_id=job.id,
             attempt=request.attempt,
@@ -388,6 +470,7 @@ class VertexBackend(Backend):
             env=env_for(job, request.env),
             timeout=provider_timeout(job.plan, request.grace),
         )
+        body["labels"][RUN_LABEL] = vertex_request.label(display)
         said = [
             f"code and Ferry's wheel: {bundle.sent} bytes sent"
             if bundle.sent
@@ -395,11 +478,12 @@ class VertexBackend(Backend):
         ]
         if target.note:
             said.append(target.note)
-        jobs = VertexJobs(target.target.region)
-        parent = vertex_request.parent(chosen, target.target.region)
+        parent = vertex_request.parent(chosen, region)
+        _write_order(request, folder)
         try:
             made = jobs.create(parent, body)
         except VertexError as exc:
+            _forget_secrets(folder)
             if not exc.quota:
                 raise
             from ferry.catalog.optimizer import block
@@ -407,10 +491,21 @@ class VertexBackend(Backend):
             block(option, exc.message)
             said.append(f"{option.describe()} passed over for now: {exc.message}")
             return Refused(f"{option.describe()}: {exc.message}", said)
+        except BaseException:
+            _forget_secrets(folder)
+            raise
         name = str(made["name"])
         said.append(f"Vertex AI custom job {name}: {vertex_request.console_url(name)}")
         return VertexRun(
-            job, name, folder, jobs, request.log_path, request.metrics_path, option, said
+            job,
+            name,
+            folder,
+            request.log_path,
+            request.metrics_path,
+            request.grace,
+            option,
+            said,
+            jobs,
         )
 
     def reattach(
@@ -419,7 +514,12 @@ class VertexBackend(Backend):
         name, folder = _parse_handle(handle)
         if not name or not folder:
             return None
-        run = VertexRun(job, name, folder, VertexJobs(_region_of(name)), log_path, metrics_path)
+        option = None
+        with contextlib.suppress(DoesNotFit):  # (a refusal for capacity passes it over)
+            option = choose(_in_region(job.plan), self.name)
+        run = VertexRun(
+            job, name, folder, log_path, metrics_path, self.stop_grace(job), option=option
+        )
         run.go_on()
         return run
 
@@ -435,6 +535,7 @@ class VertexBackend(Backend):
             _Place(folder).put(STOPPED, b"")
         with contextlib.suppress(FerryError):
             VertexJobs(_region_of(name)).cancel(name)
+        _forget_secrets(folder)
 
     def outputs_sent(self, job: Job, attempt: int, handle: str | None) -> list[Any] | None:
         from ferry.runner.machine import OUTPUTS
@@ -513,6 +614,15 @@ def provider_timeout(plan: Plan, grace: float) -> float:
     if plan.limits.max_runtime:
         return plan.limits.max_runtime + grace + UPLOAD_ALLOWANCE
     return float(config.get("cloud.max_runtime"))
+
+
+def _forget_secrets(folder: str) -> None:
+    """Remove the job's secrets from a run folder no runner will read."""
+    from ferry.runner.record import _Place
+    from ferry.runner.run import SECRETS
+
+    with contextlib.suppress(FerryError):
+        _Place(folder).remove(SECRETS)
 
 
 def _write_order(request: LaunchRequest, folder: str) -> None:

@@ -14,7 +14,7 @@ What each part of the spec becomes:
   RUN_FOLDER CODE``; with ``environment.image`` a ``containerSpec`` runs the same through
   :mod:`ferry.runner.bootstrap`, which installs the wheel from the bucket's ``/gcs`` mount;
 - ``scheduling``: ``SPOT`` or ``STANDARD`` from ``resources.spot``; ``timeout`` always
-  (``limits.max_runtime`` and the stop grace, or the ``vertex.max_runtime`` setting, never
+  (``limits.max_runtime`` and the stop grace, or the ``cloud.max_runtime`` setting, never
   the provider's silent 7 days); retries and restarts off, since Ferry owns them;
 - ``baseOutputDirectory`` is the job's outputs, so Vertex AI sets ``AIP_MODEL_DIR``,
   ``AIP_CHECKPOINT_DIR`` and ``AIP_TENSORBOARD_LOG_DIR`` as it always does;
@@ -99,7 +99,7 @@ def custom_job(
     pool: dict[str, Any] = {
         "machineSpec": machine,
         "replicaCount": "1",  # (an int64: a string in the JSON mapping)
-        "diskSpec": {"bootDiskType": "pd-ssd", "bootDiskSizeGb": BOOT_DISK_GB},
+        "diskSpec": _disk(target.machine.machine_type),
     }
     if target.custom_image:
         from ferry.runner.bootstrap import command as bootstrap_command
@@ -139,6 +139,14 @@ def custom_job(
     }
 
 
+def _disk(machine_type: str) -> dict[str, Any]:
+    """The boot disk: an SSD, but on machines whose default is another kind (A3 Ultra, A4
+    take Hyperdisk), Vertex AI's default kind."""
+    if machine_type.startswith(("a3-ultragpu", "a4-")):
+        return {"bootDiskSizeGb": BOOT_DISK_GB}
+    return {"bootDiskType": "pd-ssd", "bootDiskSizeGb": BOOT_DISK_GB}
+
+
 def fuse_path(uri: str) -> str:
     """Where a ``gs://bucket/key`` object is on a Vertex AI machine (Cloud Storage FUSE)."""
     if not uri.startswith("gs://"):
@@ -149,8 +157,15 @@ def fuse_path(uri: str) -> str:
 def validate(body: dict[str, Any]) -> Any:
     """``body`` parsed as ``aiplatform_v1.CustomJob``; raises FerryError naming what the
     API would refuse (an unknown field, a bad enum, a wrong type)."""
-    from google.cloud.aiplatform_v1 import CustomJob
+    try:
+        from google.cloud.aiplatform_v1 import CustomJob
+    except ImportError:
+        from ferry.errors import BackendNotInstalled
 
+        raise BackendNotInstalled(
+            "the vertex backend needs google-cloud-aiplatform, which is not installed",
+            "pip install 'ferry[vertex]'",
+        ) from None
     try:
         return CustomJob.from_json(json.dumps(body), ignore_unknown_fields=False)
     except Exception as exc:  # (json_format.ParseError; its words name the field)

@@ -911,7 +911,8 @@ def _note_hypertune(store: Store, job_id: str, path: Path) -> None:
 def _abandon(store: Store, job_id: str, number: int, running: RunningAttempt) -> None:
     """The job was finished by someone else (declared lost): stop its attempt, record why."""
     running.kill()
-    while running.poll() is None:
+    give_up = time.monotonic() + _ABANDON_WAIT
+    while running.poll() is None and time.monotonic() < give_up:
         time.sleep(0.05)
     store.update_attempt(
         job_id,
@@ -1129,6 +1130,8 @@ def _watch(
                     stop_sent = mono
             elif mono - stop_sent >= kill_after:
                 running.kill()
+                # again only after a while: a provider's cancel is a request, not a signal
+                stop_sent = mono + _KILL_AGAIN - kill_after
 
     finally:  # the attempt's last sync comes after this one
         waiting.close()
@@ -1142,6 +1145,8 @@ _KILL_MARGIN = 10.0  # s after the grace before an attempt that did not end is k
 _FIRST_SAMPLE_EVERY = 0.1  # s between looks for the processes of an attempt starting ...
 _FIRST_SAMPLE_WITHIN = 5.0  # ... for at most this long
 _POLL_REMOTE = 0.25  # s between polls of an attempt that gives nothing to wait on
+_ABANDON_WAIT = 600.0  # s an abandoned attempt is waited for after its kill
+_KILL_AGAIN = 30.0  # s between kills of an attempt that has not ended after the first
 
 
 def _hard_budget_spent(store: Store) -> bool:

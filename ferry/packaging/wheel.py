@@ -18,6 +18,7 @@ import csv
 import hashlib
 import io
 import os
+import sys
 import zipfile
 from pathlib import Path
 
@@ -114,7 +115,10 @@ def _metadata(package: Path, version: str) -> tuple[str, str]:
             return _with_version(text, version), entry_points
     pyproject = package.parent / "pyproject.toml"
     if pyproject.is_file():
-        import tomllib
+        if sys.version_info >= (3, 11):
+            import tomllib
+        else:  # (Python 3.10)
+            import tomli as tomllib
 
         project = tomllib.loads(pyproject.read_text()).get("project") or {}
         if project.get("name") == "ferry":

@@ -52,6 +52,35 @@ def bring_code(code: str, work: Path) -> Path:
     return target
 
 
+def ensure_storage(folder: str) -> str:
+    """Install the package the run folder's bucket needs (gcsfs, s3fs) when the image
+    lacks it, as Ferry's own extra names it; returns what went wrong, or ``""``."""
+    import importlib.util
+    import subprocess
+
+    from ferry.storage.locations import parse_uri
+    from ferry.storage.registry import PROTOCOLS
+
+    protocol = PROTOCOLS.get(parse_uri(folder).protocol)
+    if protocol is None or importlib.util.find_spec(protocol.module) is not None:
+        return ""
+    wanted = [protocol.module]
+    try:
+        from importlib.metadata import requires
+
+        marker = f'extra == "{protocol.extra}"'
+        wanted = [r.split(";")[0].strip() for r in requires("ferry") or [] if marker in r]
+        wanted = wanted or [protocol.module]
+    except Exception:  # (Ferry without metadata: the bare name)
+        pass
+    print(f"ferry: installing {', '.join(wanted)} for {folder}", file=sys.stderr, flush=True)
+    pip = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", *wanted]
+    if subprocess.run(pip).returncode != 0:
+        return f"{', '.join(wanted)} could not be installed (pip's words above)"
+    importlib.invalidate_caches()
+    return ""
+
+
 def main(argv: list[str] | None = None) -> int:
     from ferry.runner import run
     from ferry.runner.order import RunOrder
@@ -62,13 +91,20 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE, file=sys.stderr)
         return 2
     folder, code = args
+    missing = ensure_storage(folder)
+    if missing:
+        print(f"ferry: {missing}", file=sys.stderr, flush=True)
+        return 1
     work = Path(tempfile.mkdtemp(prefix="ferry-attempt-"))
     try:
         where = bring_code(code, work)
     except (FerryError, OSError) as exc:
+        from ferry.runner.record import _Place
+
         why = f"the job's code could not be brought to the machine: {exc}"
         print(f"ferry: {why}", file=sys.stderr, flush=True)
         try:
+            _Place(folder).remove(run.SECRETS)
             order = RunOrder.read(folder)
             record = RunFolderWriter(folder, order.attempt, announce=False)
             record.end(None, run.NOT_STARTED, why)

@@ -414,6 +414,8 @@ def _handed_over(folder: str, order: RunOrder) -> tuple[RunOrder, bool]:
 
     place = _Place(folder)
     if place.get(STOPPED) is not None:
+        with contextlib.suppress(FerryError, OSError):  # (never to be read)
+            place.remove(SECRETS)
         return order, True
     data = place.get(SECRETS)
     if data is None:

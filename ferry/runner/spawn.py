@@ -92,7 +92,10 @@ def spawn(argv: list[str], options: dict[str, Any]) -> subprocess.Popen[bytes]:
     if wrapper:
         # setpriv sets the parent-death signal and execs the command: far cheaper than
         # running Python in the forked child (preexec_fn), which also rules out vfork.
-        return subprocess.Popen([*wrapper, *argv], process_group=0, **options)
+        if sys.version_info >= (3, 11):
+            return subprocess.Popen([*wrapper, *argv], process_group=0, **options)
+        # (Python 3.10, a cloud image's: a new group through the fork's child)
+        return subprocess.Popen([*wrapper, *argv], preexec_fn=os.setpgrp, **options)
     parent = os.getpid()
 
     def child_setup() -> None:  # runs in the child between fork and exec

@@ -100,7 +100,8 @@ def test_a_job_runs_as_a_custom_job_and_its_model_lands_in_the_bucket(
         "disableRetries": True,
     }
     assert spec["baseOutputDirectory"] == {"outputUriPrefix": f"gs://{bucket}/runs/{job_id}"}
-    assert sent["labels"] == {"ferry-job": job_id, "ferry-attempt": "1"}
+    assert sent["labels"]["ferry-job"] == job_id and sent["labels"]["ferry-attempt"] == "1"
+    assert sent["labels"]["ferry-run"].startswith(f"{job_id}-1-")  # (found again by it)
     # secrets reach the job through the run folder, never the request (the console shows it)
     assert "s3cr3t" not in json.dumps(sent) and "HIDDEN" not in json.dumps(sent)
     job = _job_of(server, job_id)
@@ -223,6 +224,19 @@ def test_no_capacity_passes_the_offering_over_and_tries_the_next(
     assert len(regions) == 3
     offerings = [a["offering"] for a in attempts]
     assert len(set(offerings)) == 3, offerings  # each refusal moved on to another offering
+
+
+def test_a_job_made_by_a_create_whose_answer_was_lost_is_followed_not_orphaned(
+    on_vertex: dict[str, Any], project: Path
+) -> None:
+    server = on_vertex["server"]
+    server.script[:] = ["lost-answer"]
+    done = ferry("run", "--backend", "vertex", "--", "python", "train.py", cwd=project, timeout=120)
+    assert done.returncode == 0, done.stderr
+    job_id = ferry_json("jobs")[0]["id"]
+    made = [j for j in server.jobs.values() if j.body["labels"]["ferry-job"] == job_id]
+    assert len(made) == 1 and made[0].state == "JOB_STATE_SUCCEEDED"  # one, and it is the one
+    assert len(job_status(job_id)["attempts"]) == 1
 
 
 def test_dry_run_prints_the_request_with_placeholders_and_no_settings(

@@ -14,7 +14,9 @@ What it simulates, over HTTP as the REST API serves ``JobServiceClient(transport
 - **Scripted failures** (``script``, taken by the next create): ``quota`` answers the
   create with HTTP 429 RESOURCE_EXHAUSTED ("The following quota metrics exceed quota
   limits: …"); ``stockout`` leaves the job PENDING, then FAILED with code 8 ("Resources
-  are insufficient in region: …"), its command never started.
+  are insufficient in region: …"), its command never started; ``lost-answer`` makes the
+  job but answers the create with HTTP 503, as when an answer is lost on the way.
+- **Lists** of custom jobs filtered on one label (``labels.KEY="VALUE"``).
 - **Spot preemption** (:meth:`VertexServer.preempt`): SIGTERM to the command, SIGKILL
   after ``grace``, then FAILED with code 8 and a STOCKOUT message, as Vertex AI fails a
   spot job whose VM was taken back (it may also restart it; this double does not).
@@ -137,7 +139,22 @@ class VertexServer:
                 self.wfile.write(raw)
 
             def do_GET(self) -> None:
-                path = self.path.split("?")[0][len("/v1/") :]
+                from urllib.parse import parse_qs, urlsplit
+
+                parts = urlsplit(self.path)
+                path = parts.path[len("/v1/") :]
+                if path.endswith("/customJobs"):  # a list, by a filter on one label
+                    asked = (parse_qs(parts.query).get("filter") or [""])[0]
+                    key, _, value = asked.partition("=")
+                    label = key.removeprefix("labels.")
+                    with server._lock:
+                        found = [
+                            j.answer()
+                            for j in server.jobs.values()
+                            if j.name.startswith(path)
+                            and j.body.get("labels", {}).get(label) == value.strip('"')
+                        ]
+                    return self._send(200, {"customJobs": found})
                 job = server.jobs.get(path)
                 if job is None:
                     return self._send(404, _status(404, "NOT_FOUND", f"{path} not found"))
@@ -186,6 +203,8 @@ class VertexServer:
             name = f"{parent}/customJobs/{1000 + self._count}"
             job = self.jobs[name] = Job(name, body)
         threading.Thread(target=self._life, args=(job, behaviour, region), daemon=True).start()
+        if behaviour == "lost-answer":  # made, but the answer is a server error
+            return 503, _status(503, "UNAVAILABLE", "The service is currently unavailable.")
         return 200, job.answer()
 
     def cancel(self, name: str) -> tuple[int, dict[str, Any]]:
