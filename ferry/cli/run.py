@@ -26,6 +26,7 @@ EXAMPLE = """\
   ferry run --notify webhook='${SLACK_WEBHOOK}' --on-alert stop -- python train.py
   JOB=$(ferry run --detach job.yaml) && ferry logs -f "$JOB"
   ferry run --procs-per-node 2 -- python ddp_train.py   # two ranks, as torchrun would start
+  ferry run job.yaml --backend vertex --accelerator T4:1 --spot --dry-run   # the request
 """
 
 
