@@ -317,7 +317,11 @@ class CloudRun(RunningAttempt):
             return Exit(Exit.PROVIDER_FAILED, None, f"cancelled outside Ferry; {said}")
         if state is None:  # the runner never started: the provider's words are all there is
             return Exit(Exit.PROVIDER_FAILED, None, said)
-        return Exit(Exit.LOST, None, f"its runner ended without recording the end; {said}")
+        # the provider ended it under its runner (its own time limit, the machine's
+        # memory): its words, not a loss resumed again and again
+        return Exit(
+            Exit.PROVIDER_FAILED, None, f"its runner ended without recording the end; {said}"
+        )
 
     def _pass_over(self, reason: str) -> None:
         """No capacity or quota for this offering: the next attempt tries the next one."""

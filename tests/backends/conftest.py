@@ -1,14 +1,17 @@
-"""What the backends' tests share: the job script they run, and the test session's Ray
-head."""
+"""What the backends' tests share: the job script they run, the test session's Ray head,
+and its Vertex AI test server (tests/backends/vertex_server.py)."""
 
 from __future__ import annotations
 
 import os
 import textwrap
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests.backends.vertex_server import VertexServer
 from tests.conftest import ferry
 
 # The job the backends' tests run: `train.py [ok|long|exitN] [RELEASE]`. It prints what it
@@ -84,3 +87,38 @@ def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             del os.environ["FERRY_HOME"]
         else:
             os.environ["FERRY_HOME"] = before
+
+
+@pytest.fixture(scope="session")
+def vertex_server(tmp_path_factory: pytest.TempPathFactory, gcs_endpoint: str) -> Iterator[Any]:
+    server = VertexServer(tmp_path_factory.mktemp("vertex"), gcs_endpoint, grace=5.0)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def on_vertex(
+    home: Path,
+    project: Path,
+    vertex_server: VertexServer,
+    gcs_endpoint: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> dict[str, Any]:
+    """This test's FERRY_HOME set for the test server, outputs in a bucket of its own."""
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_endpoint)
+    monkeypatch.setenv("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+    import gcsfs
+
+    gs = gcsfs.GCSFileSystem(token="anon", project="test", skip_instance_cache=True)
+    bucket = f"v{os.urandom(4).hex()}"
+    gs.mkdir(bucket)
+    for key, value in (
+        ("vertex.endpoint", vertex_server.endpoint),
+        ("vertex.project", "test-project"),
+        ("outputs_root", f"gs://{bucket}/runs"),
+        ("outputs.sync_interval", "1s"),
+    ):
+        assert ferry("config", "set", key, value).returncode == 0
+    vertex_server.script.clear()
+    (project / "train.py").write_text(SCRIPT)
+    return {"gs": gs, "bucket": bucket, "server": vertex_server}

@@ -6,7 +6,8 @@ inputs), logs and metrics reach `ferry logs` and `ferry metrics`, outputs reach 
 with their manifest, cancel and preemption give the script the notice, a preempted job
 resumes from its checkpoint, and a job outlives the loss of the process that followed it.
 Each backend runs where its tests run: local on this machine, ray on the test session's
-Ray head (one worker holds it).
+Ray head (one worker holds it), vertex on the session's JobService test server, whose
+provider double runs the request's command on this machine against the bucket emulator.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 import os
 import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,6 +37,9 @@ from tests.conftest import (
     params=[
         pytest.param("local"),
         pytest.param("ray", marks=pytest.mark.xdist_group("ray")),  # (the session's head)
+        # (the session's JobService test server and its provider double, on the bucket
+        # emulator: tests/backends/vertex_server.py)
+        pytest.param("vertex", marks=pytest.mark.xdist_group("vertex")),
     ]
 )
 def backend(
@@ -43,8 +48,38 @@ def backend(
     """The backend under test, with the place its jobs go to ready."""
     if request.param == "ray":
         monkeypatch.setenv("RAY_ADDRESS", request.getfixturevalue("ray_head"))
+    if request.param == "vertex":
+        request.getfixturevalue("on_vertex")
     (project / "train.py").write_text(SCRIPT)
     return str(request.param)
+
+
+class Place:
+    """Where a backend's jobs read inputs and leave outputs: this machine's folders, or
+    a bucket (a cloud's machine reads none of this machine's files)."""
+
+    def __init__(self, bucket: dict[str, Any] | None) -> None:
+        self.fs = bucket["gs"] if bucket else None
+        self.bucket = bucket["bucket"] if bucket else ""
+
+    def input(self, folder: Path) -> str:
+        """The URI a job gives for ``folder``'s files."""
+        if self.fs is None:
+            return str(folder)
+        self.fs.put(str(folder), f"{self.bucket}/inputs/{folder.name}", recursive=True)
+        return f"gs://{self.bucket}/inputs/{folder.name}"
+
+    def read(self, outputs: str, path: str) -> bytes:
+        """The bytes of ``path`` in the job's outputs."""
+        if self.fs is None:
+            return (Path(outputs) / path).read_bytes()
+        data: bytes = self.fs.cat_file(f"{outputs.removeprefix('gs://')}/{path}")
+        return data
+
+
+@pytest.fixture
+def place(backend: str, request: pytest.FixtureRequest) -> Place:
+    return Place(request.getfixturevalue("on_vertex") if backend == "vertex" else None)
 
 
 def _submit(project: Path, backend: str, mode: str = "ok", spec: str = "") -> str:
@@ -71,12 +106,13 @@ def test_a_job_ends_as_its_script_does(backend: str, project: Path) -> None:
 
 
 def test_the_script_gets_the_contract_and_its_results_come_back(
-    backend: str, project: Path, tmp_path: Path
+    backend: str, place: Place, project: Path, tmp_path: Path
 ) -> None:
     data = tmp_path / "data"
     data.mkdir()
     (data / "numbers.txt").write_text("1 2 3\n")
-    spec = f"hyperparameters: {{lr: 0.1}}\ninputs:\n  data: {{uri: '{data}'}}\nsecrets: [TOKEN]\n"
+    uri = place.input(data)
+    spec = f"hyperparameters: {{lr: 0.1}}\ninputs:\n  data: {{uri: '{uri}'}}\nsecrets: [TOKEN]\n"
     (project / "job.yaml").write_text(f"backend: {backend}\ncommand: [python, train.py]\n{spec}")
     result = ferry("run", "job.yaml", cwd=project, env={"TOKEN": "s3cr3t"}, timeout=120)
     assert result.returncode == 0, result.stderr
@@ -93,9 +129,9 @@ def test_the_script_gets_the_contract_and_its_results_come_back(
     assert losses and losses[0]["points"] == 3 and losses[0]["last_step"] == 2, losses
     status = job_status(job_id)
     assert "s3cr3t" not in json.dumps(status)
-    outputs = Path(status["outputs"])
-    assert (outputs / "model" / "model.txt").read_text() == "weights"
-    manifest = json.loads((outputs / "manifest.json").read_text())
+    outputs = status["outputs"]
+    assert place.read(outputs, "model/model.txt") == b"weights"
+    manifest = json.loads(place.read(outputs, "manifest.json"))
     assert "model/model.txt" in {f["path"] for f in manifest["files"]}
 
 

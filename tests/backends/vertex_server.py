@@ -117,7 +117,7 @@ class VertexServer:
         self.root = root
         self.storage = storage  # the bucket emulator's address
         self.grace = grace
-        self.python = image_python(root)
+        image_python(root / "probe")  # (fails early, here, if the image cannot be made)
         self.jobs: dict[str, Job] = {}
         self.requests: list[dict[str, Any]] = []  # every create's body, parsed
         self.script: list[str] = []
@@ -280,12 +280,13 @@ class VertexServer:
         vm = self.root / f"vm-{number}"
         (vm / "home").mkdir(parents=True)
         (vm / "tmp").mkdir()
+        python = image_python(vm)  # a fresh VM: its own image, nothing installed by another
         job.log = vm / "log.txt"
         spec = job.body["jobSpec"]
         pool = spec["workerPoolSpecs"][0]
         base = spec.get("baseOutputDirectory", {}).get("outputUriPrefix", "").rstrip("/")
         env = {
-            "PATH": f"{self.python.parent}:/usr/bin:/bin",
+            "PATH": f"{python.parent}:/usr/bin:/bin",
             "HOME": str(vm / "home"),
             "TMPDIR": str(vm / "tmp"),
             "LANG": "C.UTF-8",
@@ -319,16 +320,16 @@ class VertexServer:
                     target.parent.mkdir(exist_ok=True)
                     fs.get_file(uri[len("gs://") :], str(target))
                     local.append(str(target))
-                pip = [str(self.python), "-m", "pip", "install", "--no-input", *local]
+                pip = [str(python), "-m", "pip", "install", "--no-input", *local]
                 pip += ["--disable-pip-version-check", "--no-index"]  # (here: no network)
                 installed = subprocess.run(pip, env=env, cwd=vm / "home", stdout=log, stderr=log)
                 if installed.returncode:
                     return installed.returncode
-                argv = [str(self.python), "-m", package["pythonModule"], *package.get("args", [])]
+                argv = [str(python), "-m", package["pythonModule"], *package.get("args", [])]
             else:
                 container = pool["containerSpec"]
                 env.update({e["name"]: e["value"] for e in container.get("env", [])})
-                command = [str(self.python) if w == "python3" else w for w in container["command"]]
+                command = [str(python) if w == "python3" else w for w in container["command"]]
                 argv = [*command, *container.get("args", [])]
             self._set(job, "JOB_STATE_RUNNING", started=True)
             job.proc = subprocess.Popen(
