@@ -174,6 +174,7 @@ class CloudRun(RunningAttempt):
         self._ending: tuple[Seen, float] | None = None  # ended, its last lines still to copy
         self._max_pending = job.plan.limits.max_pending or DEFAULT_MAX_PENDING
         self._state = ""  # the provider's last state, said in the events when it changes
+        self._phase = Seen.PENDING  # the provider's last phase
         self._said: list[str] = []
         _following.add(self)
 
@@ -209,15 +210,16 @@ class CloudRun(RunningAttempt):
             return None
         # a process following many attempts (a watcher) asks each provider less often
         self._next_look = now + max(POLL_EVERY, len(_following) * _POLL_SHARE)
-        copied = self._copy(now)
         if self._ending is not None:  # ended: its last lines, then the end
             seen, since = self._ending
-            if copied or now - since > _LAST_COPY_WITHIN:
+            if self._copy(now) or now - since > _LAST_COPY_WITHIN:
                 return self._end(self._ended(seen))
             return None
         try:
-            seen = self._look()
+            seen = self._look()  # (before the copy: what the runner wrote before the end
+            # the provider says is in the copy that follows)
         except FerryError as exc:
+            self._copy(now)
             if now - self._answered > _UNREACHABLE_LOST:
                 self._give_up()
                 return self._end(
@@ -230,6 +232,8 @@ class CloudRun(RunningAttempt):
                 )
             return None
         self._answered = now
+        copied = self._copy(now)
+        self._phase = seen.phase
         if seen.state != self._state:
             self._state = seen.state
             words = f" ({seen.message})" if seen.message else ""
@@ -239,6 +243,8 @@ class CloudRun(RunningAttempt):
                 return self._end(self._ended(seen))
             self._ending = (seen, now)  # (the bucket did not answer: its last lines later)
             return None
+        if self._stopped is not None and seen.phase == Seen.PENDING:
+            self._cancel_at = min(self._cancel_at or now, now)  # no runner to give a grace
         if self._cancel_at is not None and now >= self._cancel_at:
             again = self._cancelled is not None and now - self._cancelled < CANCEL_AGAIN
             if not again:
@@ -348,7 +354,17 @@ class CloudRun(RunningAttempt):
             self._cancel_at = now
             self._cancel_now()
             return
-        self._cancel_at = now + self.grace + UPLOAD_ALLOWANCE
+        # a job still waiting for its machine has no runner to give a grace to
+        waiting = self._phase == Seen.PENDING and not self._runner_started()
+        self._cancel_at = now if waiting else now + self.grace + UPLOAD_ALLOWANCE
+        if waiting:
+            self._cancel_now()
+
+    def _runner_started(self) -> bool:
+        """Whether the attempt's runner has written its state yet."""
+        with contextlib.suppress(FerryError):
+            return self._mirror.reader.state() is not None
+        return False
 
     def kill(self) -> None:
         """The end, when the notice was not enough: after a notice, the provider's job is

@@ -32,6 +32,11 @@ BACKEND_OF: dict[str, str | None] = {
 }
 PROVIDERS = tuple(BACKEND_OF)
 
+# What a backend's service adds to the catalog's machine prices (Compute Engine's, EC2's):
+# Vertex AI's training prices are Compute Engine's plus 15 % (its n1-standard-4 in
+# us-central1: 0.21849885 USD/h against 0.189999, https://cloud.google.com/vertex-ai/pricing).
+SERVICE_MARKUP: dict[str, float] = {"vertex": 1.15}
+
 
 def known_backends() -> list[str]:
     """Backend names a spec may use."""

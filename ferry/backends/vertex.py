@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from ferry.store.plan import Plan
 
 PLACEHOLDER_PROJECT = "<PROJECT>"
-RUN_LABEL = "ferry-run"  # the label that names one attempt's custom job (its run folder)
+RUN_LABEL = "ferry_run"  # the label that names one attempt's custom job (its run folder)
 _WAITING = {"JOB_STATE_QUEUED", "JOB_STATE_PENDING"}
 _ENDED = {
     "JOB_STATE_SUCCEEDED",
@@ -97,7 +98,8 @@ class VertexJobs:
             exceptions.InternalServerError,
             exceptions.GatewayTimeout,
         )
-        return retry.Retry(predicate=transient, initial=1.0, maximum=10.0, timeout=60.0)
+        # (short: a poll must not hold up the process that follows; the next one asks again)
+        return retry.Retry(predicate=transient, initial=1.0, maximum=4.0, timeout=10.0)
 
     def _call(self, what: str, call: Any) -> Any:
         from google.api_core import exceptions
@@ -126,7 +128,14 @@ class VertexJobs:
         except exceptions.ClientError as exc:  # refused: nothing was made
             raise VertexError("creating the custom job", exc) from None
         except Exception as exc:  # no answer, or a server error: it may exist
-            found = self.find(parent, str(body["labels"].get(RUN_LABEL, "")))
+            try:
+                found = self.find(parent, str(body["labels"].get(RUN_LABEL, "")))
+            except FerryError as again:
+                raise FerryError(
+                    f"Vertex AI: creating the custom job failed ({exc}), and whether it was "
+                    f"made could not be seen ({again.message})",
+                    "look for it in the console; Ferry told its runner to stop at once",
+                ) from None
             if found is not None:
                 return found
             raise FerryError(
@@ -136,15 +145,23 @@ class VertexJobs:
         return _as_json(made)
 
     def find(self, parent: str, run: str) -> dict[str, Any] | None:
-        """The custom job labelled ``ferry-run=run``, if there is one."""
+        """The custom job labelled ``ferry_run=run``, if there is one (asked three times,
+        a few seconds apart: a create that finished late shows a little later). Raises
+        FerryError when the list cannot be had."""
         if not run:
             return None
-        with contextlib.suppress(Exception):
-            from google.cloud.aiplatform_v1 import ListCustomJobsRequest
+        from google.cloud.aiplatform_v1 import ListCustomJobsRequest
 
-            asked = ListCustomJobsRequest(parent=parent, filter=f'labels.{RUN_LABEL}="{run}"')
-            for found in self.client.list_custom_jobs(request=asked, timeout=30):
-                return _as_json(found)
+        asked = ListCustomJobsRequest(parent=parent, filter=f'labels.{RUN_LABEL}="{run}"')
+        for attempt in range(3):
+            if attempt:
+                time.sleep(3.0)
+            listed = self._call(
+                "looking for the custom job",
+                lambda: list(self.client.list_custom_jobs(request=asked, timeout=30)),
+            )
+            if listed:
+                return _as_json(listed[0])
         return None
 
     def get(self, name: str) -> dict[str, Any]:
@@ -287,11 +304,6 @@ class VertexRun(CloudRun):
             cancelled=state == "JOB_STATE_CANCELLED",
         )
 
-    def _runner_started(self) -> bool:
-        with contextlib.suppress(FerryError):
-            return self._mirror.reader.state() is not None
-        return False
-
     def _cancel(self) -> None:
         self.jobs.cancel(self.name)
 
@@ -401,7 +413,8 @@ class VertexBackend(Backend):
             env=dict(spec.env),
             timeout=provider_timeout(plan, self.stop_grace_of(plan)),
         )
-        body["labels"]["ferry-job"] = job_id  # (the placeholder, not its label spelling)
+        body["labels"]["ferry-job"] = job_id  # (the placeholders, not their label spelling)
+        body["labels"][RUN_LABEL] = display
         vertex_request.validate(body)
         region = target.target.region
         parent = vertex_request.parent(chosen, region)
@@ -442,6 +455,7 @@ class VertexBackend(Backend):
         from ferry.backends import vertex_request
         from ferry.backends.cloud import run_folder
         from ferry.packaging.bundle import upload
+        from ferry.runner.record import STOPPED, _Place
 
         job = request.job
         option = choose(_in_region(job.plan), self.name)
@@ -492,6 +506,9 @@ class VertexBackend(Backend):
             said.append(f"{option.describe()} passed over for now: {exc.message}")
             return Refused(f"{option.describe()}: {exc.message}", said)
         except BaseException:
+            # the job may have been made after all: its runner ends at once, unfollowed
+            with contextlib.suppress(FerryError):
+                _Place(folder).put(STOPPED, b"")
             _forget_secrets(folder)
             raise
         name = str(made["name"])

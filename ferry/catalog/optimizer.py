@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ferry.backends.registry import BACKEND_OF
+from ferry.backends.registry import BACKEND_OF, SERVICE_MARKUP
 from ferry.catalog.offerings import Catalog, Offering, load_catalog, refreshed_dir, replaced
 
 if TYPE_CHECKING:
@@ -235,9 +235,10 @@ def plan(
         unit = o.price_for(spot)
         if unit is None:
             continue
-        price = unit * request.nodes
+        backend = "local" if local else BACKEND_OF.get(o.provider)
+        price = unit * request.nodes * SERVICE_MARKUP.get(backend or "", 1.0)
         total = price * request.hours if request.hours is not None else None
-        option = Option(o, "local" if local else BACKEND_OF.get(o.provider), spot, price, total)
+        option = Option(o, backend, spot, price, total)
         why = _unusable(option, request, available, blocked, now)
         if why:
             result.skipped.append(_with(option, why))

@@ -212,6 +212,10 @@ def extract(archive: Path, target: Path) -> None:
 
     target.mkdir(parents=True, exist_ok=True)
     with tarfile.open(archive, mode="r:gz") as tar:
+        if not hasattr(tarfile, "data_filter"):  # (Python 3.10 before 3.10.12: no filters)
+            _check_members(tar, target, archive.name)
+            tar.extractall(target)
+            return
         try:
             tar.extractall(target, filter="data")
         except tarfile.FilterError as exc:
@@ -219,6 +223,30 @@ def extract(archive: Path, target: Path) -> None:
                 f"the code archive {archive.name} holds an entry that leaves its folder ({exc})",
                 "submit the job again from its code folder",
             ) from None
+
+
+def _check_members(tar: tarfile.TarFile, target: Path, name: str) -> None:
+    """What the ``data`` filter refuses, checked by hand: an entry or a link's target
+    outside ``target``, a device, an absolute link (a leading ``/`` of a name is dropped,
+    as the filter drops it)."""
+    from ferry.errors import FerryError
+
+    root = target.resolve()
+    for member in tar.getmembers():
+        member.name = member.name.lstrip("/")
+        where = (root / member.name).resolve()
+        bad = not where.is_relative_to(root) or not (
+            member.isfile() or member.isdir() or member.issym() or member.islnk()
+        )
+        if member.issym() or member.islnk():
+            base = where.parent if member.issym() else root
+            bad = bad or os.path.isabs(member.linkname)
+            bad = bad or not (base / member.linkname).resolve().is_relative_to(root)
+        if bad:
+            raise FerryError(
+                f"the code archive {name} holds an entry that leaves its folder ({member.name})",
+                "submit the job again from its code folder",
+            )
 
 
 def _exists(uri: str) -> bool:

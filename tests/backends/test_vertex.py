@@ -63,7 +63,7 @@ def test_a_job_runs_as_a_custom_job_and_its_model_lands_in_the_bucket(
     }
     assert spec["baseOutputDirectory"] == {"outputUriPrefix": f"gs://{bucket}/runs/{job_id}"}
     assert sent["labels"]["ferry-job"] == job_id and sent["labels"]["ferry-attempt"] == "1"
-    assert sent["labels"]["ferry-run"].startswith(f"{job_id}-1-")  # (found again by it)
+    assert sent["labels"]["ferry_run"].startswith(f"{job_id}-1-")  # (found again by it)
     # secrets reach the job through the run folder, never the request (the console shows it)
     assert "s3cr3t" not in json.dumps(sent) and "HIDDEN" not in json.dumps(sent)
     job = _job_of(server, job_id)
@@ -129,6 +129,19 @@ def test_cancel_reaches_the_runner_through_the_bucket(
     job = _job_of(server, job_id)
     wait_for(lambda: job.state in ("JOB_STATE_SUCCEEDED", "JOB_STATE_CANCELLED"), 30, "its end")
     assert job.proc is not None and job.proc.poll() is not None  # nothing left running
+
+
+def test_cancel_ends_a_job_still_waiting_for_its_machine_at_once(
+    on_vertex: dict[str, Any], project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = on_vertex["server"]
+    monkeypatch.setattr(server, "provision", 120.0)  # (PENDING for two minutes)
+    job_id = submit("--backend", "vertex", "--", "python", "train.py", cwd=project)
+    wait_for(lambda: "JOB_STATE_PENDING" in json.dumps(job_status(job_id)), 60, "PENDING")
+    assert ferry("cancel", job_id).returncode == 0
+    wait_for(lambda: job_status(job_id)["status"] == "CANCELLED", 30, "the cancel")
+    job = _job_of(server, job_id)
+    assert job.cancelled and job.proc is None  # cancelled on Vertex AI; its command never ran
 
 
 def test_a_preempted_spot_job_resumes_from_its_checkpoint(

@@ -10,7 +10,7 @@ What it simulates, over HTTP as the REST API serves ``JobServiceClient(transport
 - **Life cycle**: QUEUED, then PENDING while the machine is "provisioned", RUNNING while
   the job's command runs, SUCCEEDED on exit 0, else FAILED with Vertex AI's words for a
   replica's non-zero exit. A cancel is CANCELLING, SIGTERM to the command, SIGKILL after
-  ``grace`` seconds, then CANCELLED.
+  ``grace`` seconds, then CANCELLED (at once for a job whose command has not started).
 - **Scripted failures** (``script``, taken by the next create): ``quota`` answers the
   create with HTTP 429 RESOURCE_EXHAUSTED ("The following quota metrics exceed quota
   limits: …"); ``stockout`` leaves the job PENDING, then FAILED with code 8 ("Resources
@@ -216,6 +216,10 @@ class VertexServer:
                 return 400, _status(400, "FAILED_PRECONDITION", f"{name} has ended")
             job.cancelled = True
             job.state = "JOB_STATE_CANCELLING"
+            if job.proc is None:  # no machine yet: nothing to stop
+                job.state = "JOB_STATE_CANCELLED"
+                job.error = {"code": 1, "message": "CANCELED"}
+                job.ended = time.time()
         self._stop(job)
         return 200, {}
 
@@ -246,7 +250,7 @@ class VertexServer:
         self._set(job, "JOB_STATE_PENDING")
         time.sleep(self.provision)
         if job.cancelled:
-            return self._end(job, "JOB_STATE_CANCELLED", {"code": 1, "message": "CANCELED"})
+            return  # (ended by the cancel)
         if behaviour == "stockout":
             error = {
                 "code": RESOURCE_EXHAUSTED,
@@ -331,10 +335,13 @@ class VertexServer:
                 env.update({e["name"]: e["value"] for e in container.get("env", [])})
                 command = [str(python) if w == "python3" else w for w in container["command"]]
                 argv = [*command, *container.get("args", [])]
+            with self._lock:
+                if job.cancelled:  # (cancelled while the VM got ready)
+                    return -signal.SIGTERM
+                job.proc = subprocess.Popen(
+                    argv, env=env, cwd=vm / "home", stdout=log, stderr=log, start_new_session=True
+                )
             self._set(job, "JOB_STATE_RUNNING", started=True)
-            job.proc = subprocess.Popen(
-                argv, env=env, cwd=vm / "home", stdout=log, stderr=log, start_new_session=True
-            )
             return job.proc.wait()
 
     def _set(self, job: Job, state: str, started: bool = False) -> None:

@@ -177,3 +177,38 @@ def test_a_snapshot_trees_digest_is_taken_once(home: Path, project: Path) -> Non
     tree_record.write_bytes(tree_record.read_bytes() + b"\n")  # ... while the record stands
     assert bundle.code_digest(code) == digest
     assert ferry_json("jobs")[0]["id"] == job
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        ("../evil.txt", None),  # a file above the folder
+        ("link", "/etc"),  # a link leaving it
+        ("sub/link", "../../x"),
+    ],
+)
+def test_an_archive_with_an_entry_leaving_its_folder_is_refused_whole(
+    tmp_path: Path, entry: tuple[str, str | None]
+) -> None:
+    import io
+    import tarfile
+
+    name, link = entry
+    archive = tmp_path / "bad.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        good = tarfile.TarInfo("fine.txt")
+        good.size = 2
+        tar.addfile(good, io.BytesIO(b"ok"))
+        bad = tarfile.TarInfo(name)
+        if link is None:
+            bad.size = 4
+            tar.addfile(bad, io.BytesIO(b"evil"))
+        else:
+            bad.type, bad.linkname = tarfile.SYMTYPE, link
+            tar.addfile(bad)
+    with pytest.raises(FerryError, match="holds an entry that leaves its folder"):
+        bundle.extract(archive, tmp_path / "out")
+    # the check Python 3.10 before 3.10.12 uses (no tarfile filters there) refuses it too
+    with tarfile.open(archive) as tar, pytest.raises(FerryError, match="leaves its folder"):
+        bundle._check_members(tar, tmp_path / "out2", archive.name)
+    assert not (tmp_path / "evil.txt").exists()
