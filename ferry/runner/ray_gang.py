@@ -172,13 +172,16 @@ def _gang(
             tasks.append(run_node.options(**options).remote(node_folder(folder, node)))
         record.event(f"the gang's {nodes} nodes: {', '.join(hosts)}; MASTER_ADDR {hosts[0]}:{port}")
         record.beat(RUNNING)
-        return _follow(folder, tasks, record, asked)
+        return _follow(folder, tasks, record, asked, order.grace + _END_MARGIN)
     finally:
         remove_placement_group(group)
 
 
+_END_MARGIN = 10.0  # s past the grace a stopped node's runner gets to record its end
+
+
 def _follow(
-    folder: str, tasks: list[Any], record: RunFolderWriter, asked: list[int]
+    folder: str, tasks: list[Any], record: RunFolderWriter, asked: list[int], grace: float
 ) -> tuple[int | None, str, str | None]:
     """Until every node's runner has ended: the notice to all, a failing or lost node
     stopping the others. Returns the gang's (exit code, outcome, reason): a lost node's
@@ -211,7 +214,7 @@ def _follow(
                     ray.get(task)
                 except Exception as exc:  # its node died, or its worker was killed
                     if task in cancelled:  # (stopped here: its runner recorded its end)
-                        _failed_of_itself(folder, node, failures)
+                        _failed_of_itself(folder, node, failures, grace)
                         continue
                     why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
                     failures[node] = ("lost", None, why, time.time())
@@ -219,7 +222,7 @@ def _follow(
                         stop_others(f"node {node} was lost")
                     continue
                 if task in cancelled:  # (it may have failed before it was stopped)
-                    _failed_of_itself(folder, node, failures)
+                    _failed_of_itself(folder, node, failures, grace)
                     continue
                 state = RunFolderReader(node_folder(folder, node)).state()
                 if state is not None and state.outcome == EXITED and state.exit_code == 0:
@@ -258,14 +261,29 @@ def _follow(
 
 
 def _failed_of_itself(
-    folder: str, node: int, failures: dict[int, tuple[str, int | None, str, float]]
+    folder: str,
+    node: int,
+    failures: dict[int, tuple[str, int | None, str, float]],
+    within: float,
 ) -> None:
-    """A stopped node whose rank had failed before the stop reached it: a failure too."""
-    with contextlib.suppress(Exception):
-        state = RunFolderReader(node_folder(folder, node)).state()
-        if state is not None and state.ended and state.failed_at is not None:
-            reason = state.reason or "no reason recorded"
-            failures[node] = ("failed", state.exit_code, reason, state.failed_at)
+    """A stopped node whose rank had failed before the stop reached it: a failure too.
+    Its runner may still be recording its end when Ray reports the task stopped (a
+    process holding its rank's output keeps it): that end is waited for, ``within``
+    seconds at most."""
+    reader = RunFolderReader(node_folder(folder, node))
+    deadline = time.monotonic() + within
+    while True:
+        state = None
+        with contextlib.suppress(Exception):
+            state = reader.state()
+        if state is not None and state.ended:
+            if state.failed_at is not None:
+                reason = state.reason or "no reason recorded"
+                failures[node] = ("failed", state.exit_code, reason, state.failed_at)
+            return
+        if state is None or time.monotonic() >= deadline:
+            return
+        time.sleep(0.2)
 
 
 if __name__ == "__main__":
