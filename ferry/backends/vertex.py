@@ -307,9 +307,6 @@ class VertexRun(CloudRun):
     def _cancel(self) -> None:
         self.jobs.cancel(self.name)
 
-    def _grace_of(self) -> float:
-        return _GRACE
-
 
 def _parse_handle(handle: str | None) -> tuple[str, str]:
     name, _, folder = (handle or "").partition("@")
