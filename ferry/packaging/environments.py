@@ -50,6 +50,8 @@ READY = "ferry-env.json"  # in an environment: written last, when it is whole
 BUILD_LOG = "environment.log"  # in the job folder: what the installer printed
 _FERRY_LINK = "ferry-link"  # in an environment: a folder holding only a link to Ferry
 _TAIL = 12  # the installer's last lines in a failure's reason
+# pip's options for an install no one watches: no prompts, no bars, no upgrade nagging
+_PIP_QUIET = ("--disable-pip-version-check", "--no-input", "--progress-bar", "off")
 
 
 class BuildFailed(FerryError):
@@ -375,18 +377,7 @@ def install_here(
     packages pip said it installed. Raises :class:`BuildFailed` with pip's last lines."""
     env = {**(environ or os.environ), "PIP_NO_INPUT": "1", "PYTHONUNBUFFERED": "1"}
     env["NO_COLOR"] = "1"
-    argv = [
-        sys.executable,
-        "-m",
-        "pip",
-        "install",
-        "--disable-pip-version-check",
-        "--no-input",
-        "--progress-bar",
-        "off",
-        "-r",
-        str(requirements),
-    ]
+    argv = [sys.executable, "-m", "pip", "install", *_PIP_QUIET, "-r", str(requirements)]
     installed: list[str] = []
 
     def notable(line: str) -> None:
@@ -432,20 +423,8 @@ def _installer(python: Path, requirements: Path) -> tuple[str, list[str]]:
         raise BuildFailed(exc.message, exc.hint) from None
     if name == "uv":
         return "uv", [program, "pip", "install", "--python", str(python), "-r", str(requirements)]
-    return "pip", [
-        sys.executable,
-        "-m",
-        "pip",
-        "--python",
-        str(python),
-        "install",
-        "--disable-pip-version-check",
-        "--no-input",
-        "--progress-bar",
-        "off",
-        "-r",
-        str(requirements),
-    ]
+    pip = [sys.executable, "-m", "pip", "--python", str(python), "install", *_PIP_QUIET]
+    return "pip", [*pip, "-r", str(requirements)]
 
 
 _NOTABLE = ("Collecting", "Downloading", "Processing", "Installing", "Successfully", "Resolved")

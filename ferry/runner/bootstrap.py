@@ -17,6 +17,7 @@ and the bootstrap exits 1: the attempt fails with pip's own words.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -63,10 +64,8 @@ def main(argv: list[str]) -> int:
         why = f"Ferry could not be installed (pip exit code {code_}): " + " | ".join(tail[-4:])
         print(f"ferry bootstrap: {why}", file=sys.stderr, flush=True)
         if os.path.isdir(os.path.dirname(FAILURE_FILE)):
-            try:
+            with contextlib.suppress(OSError):  # (said on stderr all the same)
                 Path(FAILURE_FILE).write_text(why[:1000])
-            except OSError:
-                pass
         return 1
     print("ferry bootstrap: starting the runner", flush=True)
     runner = [sys.executable, "-m", "ferry.runner.cloud", folder, code]

@@ -64,15 +64,14 @@ def ensure_storage(folder: str) -> str:
     protocol = PROTOCOLS.get(parse_uri(folder).protocol)
     if protocol is None or importlib.util.find_spec(protocol.module) is not None:
         return ""
-    wanted = [protocol.module]
-    try:
-        from importlib.metadata import requires
+    from importlib.metadata import PackageNotFoundError, requires
 
-        marker = f'extra == "{protocol.extra}"'
-        wanted = [r.split(";")[0].strip() for r in requires("ferry") or [] if marker in r]
-        wanted = wanted or [protocol.module]
-    except Exception:  # (Ferry without metadata: the bare name)
-        pass
+    marker = f'extra == "{protocol.extra}"'
+    try:
+        listed = requires("ferry") or []
+    except PackageNotFoundError:  # (Ferry without metadata: the bare name)
+        listed = []
+    wanted = [r.split(";")[0].strip() for r in listed if marker in r] or [protocol.module]
     print(f"ferry: installing {', '.join(wanted)} for {folder}", file=sys.stderr, flush=True)
     pip = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", *wanted]
     if subprocess.run(pip).returncode != 0:
