@@ -147,6 +147,30 @@ def make_code_folder(root: Path, files: int = CODE_FILES) -> Path:
     return root
 
 
+def fill_bundle_folder(code: Path) -> int:
+    """The folder the cloud benchmarks upload: 40 files of random bytes (2.5 MB each:
+    nothing to compress) and 200 small source files; returns its size in bytes."""
+    for i in range(40):
+        (code / f"data-{i}.bin").write_bytes(os.urandom(2_500_000))
+    for i in range(200):
+        (code / f"module_{i}.py").write_text(f"VALUE = {i}\n" * 50)
+    return sum(p.stat().st_size for p in code.iterdir())
+
+
+def plain_put_s(fs: Any, code: Path, key: str) -> float:
+    """Seconds one put of a file as big as the folder ``code`` takes into ``key`` of the
+    fsspec filesystem ``fs`` (the baseline of a first upload)."""
+    plain = code.parent / "plain.bin"
+    with open(plain, "wb") as out:
+        for path in sorted(code.iterdir()):
+            out.write(path.read_bytes())
+    started = time.perf_counter()
+    fs.put_file(str(plain), key)
+    took = time.perf_counter() - started
+    plain.unlink()
+    return took
+
+
 def timed_run(
     argv: Sequence[str],
     capture: bool = False,

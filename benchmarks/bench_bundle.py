@@ -18,12 +18,10 @@ import sys
 import time
 from pathlib import Path
 
-from _common import emit, log, sandbox
+from _common import emit, fill_bundle_folder, log, plain_put_s, sandbox
 
 BUDGET_S = 1.0
 RUNS = 5
-BIG_FILES, BIG = 40, 2_500_000
-SMALL_FILES = 200
 
 
 def main() -> int:
@@ -54,22 +52,11 @@ def _measure(code: Path, endpoint: str) -> int:
     from ferry.packaging import bundle
 
     config.set_value("storage.s3.endpoint_url", endpoint)
-    for i in range(BIG_FILES):
-        (code / f"data-{i}.bin").write_bytes(os.urandom(BIG))
-    for i in range(SMALL_FILES):
-        (code / f"module_{i}.py").write_text(f"VALUE = {i}\n" * 50)
-    total = sum(p.stat().st_size for p in code.iterdir())
+    total = fill_bundle_folder(code)
     s3 = s3fs.S3FileSystem(endpoint_url=endpoint, key="testing", secret="testing")
     s3.mkdir("bench")
     # the baseline: one file of the same size, put in the same bucket
-    plain = code.parent / "plain.bin"
-    with open(plain, "wb") as out:
-        for path in sorted(code.iterdir()):
-            out.write(path.read_bytes())
-    started = time.perf_counter()
-    s3.put_file(str(plain), "bench/plain.bin")
-    put_s = time.perf_counter() - started
-    plain.unlink()
+    put_s = plain_put_s(s3, code, "bench/plain.bin")
     started = time.perf_counter()
     first = bundle.upload(code, "s3://bench/root")
     first_s = time.perf_counter() - started

@@ -31,12 +31,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from _common import FERRY_EXE, child_env, emit, log, sandbox
+from _common import FERRY_EXE, child_env, emit, fill_bundle_folder, log, plain_put_s, sandbox
 
 BUDGET_S = 1.0
 RUNS = 5
-BIG_FILES, BIG = 40, 2_500_000
-SMALL_FILES = 200
 
 
 class Recorder:
@@ -144,11 +142,7 @@ def main() -> int:
 def _measure(code: Path, vertex: Recorder) -> int:
     import gcsfs
 
-    for i in range(BIG_FILES):
-        (code / f"data-{i}.bin").write_bytes(os.urandom(BIG))
-    for i in range(SMALL_FILES):
-        (code / f"module_{i}.py").write_text(f"VALUE = {i}\n" * 50)
-    total = sum(p.stat().st_size for p in code.iterdir())
+    total = fill_bundle_folder(code)
     (code / "job.yaml").write_text("name: bench\ncommand: python module_0.py\n")
     gs = gcsfs.GCSFileSystem(token="anon", skip_instance_cache=True)
     gs.mkdir("bench")
@@ -160,14 +154,7 @@ def _measure(code: Path, vertex: Recorder) -> int:
     ):
         subprocess.run([FERRY_EXE, "config", "set", key, value], check=True, env=env)
     # the baselines: one plain put of the folder's size; one create through the SDK
-    plain = code.parent / "plain.bin"
-    with open(plain, "wb") as out:
-        for path in sorted(code.iterdir()):
-            out.write(path.read_bytes())
-    started = time.perf_counter()
-    gs.put_file(str(plain), "bench/plain.bin")
-    put_s = time.perf_counter() - started
-    plain.unlink()
+    put_s = plain_put_s(gs, code, "bench/plain.bin")
     sdk = []
     for _ in range(3):
         started = time.time()

@@ -62,7 +62,8 @@ class Environment(_Model):
             try:
                 parse_framework(self.framework)
             except SpecError as exc:
-                raise ValueError(f"{exc.message.split(': ', 1)[-1]}; {exc.hint}") from None
+                why = exc.message.split(": ", 1)[-1]  # (the field is said by the caller)
+                raise ValueError(f"framework {why}; {exc.hint}") from None
         return self
 
     @property

@@ -71,21 +71,6 @@ def run_folder(outputs: str, name: str) -> str:
     return f"{place.protocol}://{place.bucket}/{RUNS_PREFIX}/{name}"
 
 
-def options(plan: Plan, backend: str, *, blocked: bool = True) -> list[Option]:
-    """The offerings of ``backend``'s provider that fit the job, cheapest first (without
-    those passed over for now unless ``blocked`` is False)."""
-    from ferry.catalog.optimizer import Request
-    from ferry.catalog.optimizer import plan as make_plan
-
-    found = make_plan(
-        Request.from_plan(plan),
-        backends=[backend],
-        include_local=False,
-        blocked=None if blocked else {},
-    )
-    return [o for o in found.options if o.backend == backend]
-
-
 def choose(plan: Plan, backend: str) -> Option:
     """The offering the next attempt runs on: the cheapest that fits and is not passed
     over. Raises DoesNotFit saying why there is none."""
