@@ -267,6 +267,28 @@ SETTINGS: dict[str, Setting] = {
         "Vertex AI API endpoint (default: REGION-aiplatform.googleapis.com; an http:// "
         "endpoint is a local test server, reached without credentials)",
     ),
+    "sagemaker.role": Setting(
+        _text,
+        None,
+        "IAM role SageMaker training jobs run as: arn:aws:iam::ACCOUNT:role/NAME (with access "
+        "to the bucket)",
+    ),
+    "sagemaker.region": Setting(
+        _text,
+        None,
+        "region of SageMaker jobs when the bucket's cannot be read (default: $AWS_REGION)",
+    ),
+    "sagemaker.subnets": Setting(
+        _text, None, "VPC subnets SageMaker jobs join, comma separated (with security groups)"
+    ),
+    "sagemaker.security_groups": Setting(
+        _text, None, "VPC security groups of SageMaker jobs, comma separated (with subnets)"
+    ),
+    "sagemaker.endpoint": Setting(
+        _text,
+        None,
+        "SageMaker API endpoint (default: AWS's for the region; a test server here)",
+    ),
     "snapshot.max_size": Setting(
         parse_size, defaults.MAX_SNAPSHOT_BYTES, "largest code snapshot accepted"
     ),

@@ -19,14 +19,16 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import json
 import os
 import signal
 import time
 import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from ferry.backends.base import Exit, RunningAttempt, exit_of
+from ferry import config
+from ferry.backends.base import Exit, LaunchRequest, RunningAttempt, exit_of
 from ferry.errors import DoesNotFit, FerryError, SpecError
 from ferry.units import format_duration
 
@@ -409,3 +411,47 @@ def env_for(job: Job, base_env: dict[str, str]) -> dict[str, str]:
 
 def nonce() -> str:
     return os.urandom(3).hex()
+
+
+def provider_timeout(plan: Plan, grace: float) -> float:
+    """The provider's own limit: ``limits.max_runtime`` with room for the notice and the
+    last upload (Ferry stops the job first), else ``cloud.max_runtime``."""
+    if plan.limits.max_runtime:
+        return plan.limits.max_runtime + grace + UPLOAD_ALLOWANCE
+    return float(config.get("cloud.max_runtime"))
+
+
+def forget_secrets(folder: str) -> None:
+    """Remove the job's secrets from a run folder no runner will read."""
+    from ferry.runner.record import _Place
+    from ferry.runner.run import SECRETS
+
+    with contextlib.suppress(FerryError):
+        _Place(folder).remove(SECRETS)
+
+
+def write_order(
+    request: LaunchRequest, folder: str, machine_changes: dict[str, Any] | None = None
+) -> None:
+    """The runner's order, and the job's secrets beside it, in the run folder.
+    ``machine_changes`` replace fields of the order's machine plan (where the provider
+    puts the inputs, say)."""
+    from ferry.runner.order import RunOrder
+    from ferry.runner.record import _Place
+    from ferry.runner.run import SECRETS
+
+    machine = dict(request.machine or {})
+    machine["requirements_into"] = "interpreter"  # the framework container's own Python
+    machine.update(machine_changes or {})
+    RunOrder(
+        attempt=request.attempt,
+        argv=request.argv,
+        cwd=".",  # the code, unpacked by ferry.runner.cloud
+        env={},
+        grace=request.grace,
+        procs_per_node=request.procs_per_node,
+        machine=machine,
+    ).write(folder)
+    secrets = {k: request.env[k] for k in request.job.plan.secrets if k in request.env}
+    if secrets:
+        _Place(folder).put(SECRETS, json.dumps(secrets).encode())

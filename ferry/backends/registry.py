@@ -19,6 +19,7 @@ BACKENDS: dict[str, tuple[str, str | None]] = {
     "local": ("ferry.backends.local:LocalBackend", None),
     "ray": ("ferry.backends.ray:RayBackend", "ray"),
     "vertex": ("ferry.backends.vertex:VertexBackend", "vertex"),
+    "sagemaker": ("ferry.backends.sagemaker:SageMakerBackend", "sagemaker"),
 }
 
 
@@ -34,8 +35,28 @@ PROVIDERS = tuple(BACKEND_OF)
 
 # What a backend's service adds to the catalog's machine prices (Compute Engine's, EC2's):
 # Vertex AI's training prices are Compute Engine's plus 15 % (its n1-standard-4 in
-# us-central1: 0.21849885 USD/h against 0.189999, https://cloud.google.com/vertex-ai/pricing).
+# us-central1: 0.21849885 USD/h against 0.189999, https://cloud.google.com/vertex-ai/pricing);
+# SageMaker's depend on the instance family (ferry.backends.sagemaker_names.markup).
 SERVICE_MARKUP: dict[str, float] = {"vertex": 1.15}
+
+
+def service_markup(backend: str | None, instance_type: str, accelerated: bool) -> float:
+    """What ``backend`` charges over the catalog's price of ``instance_type``."""
+    if backend == "sagemaker":
+        from ferry.backends.sagemaker_names import markup
+
+        return markup(instance_type, accelerated)
+    return SERVICE_MARKUP.get(backend or "", 1.0)
+
+
+def launches(backend: str | None, instance_type: str) -> bool:
+    """Whether ``backend`` can start the catalog's ``instance_type`` (SageMaker trains on
+    fewer instance types than EC2 has)."""
+    if backend == "sagemaker":
+        from ferry.backends.sagemaker_names import trains_on
+
+        return trains_on(instance_type)
+    return True
 
 
 def known_backends() -> list[str]:

@@ -55,3 +55,47 @@ SAGEMAKER_INSTANCES: dict[str, tuple[str, int]] = {
     "ml.p5e.48xlarge": ("H200", 8),
     "ml.p6-b200.48xlarge": ("B200", 8),
 }
+
+# Training instance types without GPUs that the shipped catalog prices (cpu_offerings.csv
+# lists them by their EC2 names, at SageMaker's training prices).
+SAGEMAKER_CPU_INSTANCES = frozenset({"ml.m5.xlarge", "ml.m5.2xlarge", "ml.m5.4xlarge"})
+
+# What SageMaker's training prices add to EC2's, by instance family: the GPU rows of the
+# catalog carry EC2's prices. Ratios of the us-east-1 on-demand list prices (SageMaker
+# pricing page, "Training"; EC2 on-demand pricing), for example ml.g5.xlarge 1.408 USD/h
+# against g5.xlarge 1.006, ml.p3.2xlarge 3.825 against 3.06, ml.p4d.24xlarge 37.688
+# against 32.7726. An estimate before the job; after it, the cost is SageMaker's billable
+# seconds at the same price.
+SAGEMAKER_MARKUP: dict[str, float] = {
+    "p3": 1.25,
+    "p3dn": 1.25,
+    "p4d": 1.15,
+    "p4de": 1.15,
+    "p5": 1.15,
+    "p5e": 1.15,
+    "p5en": 1.15,
+    "p6-b200": 1.15,
+    "g4dn": 1.40,
+    "g5": 1.40,
+    "g6": 1.40,
+    "g6e": 1.40,
+}
+
+
+def sagemaker_type(ec2_type: str) -> str:
+    """SageMaker's name for the catalog's EC2 instance type (``g5.xlarge`` -> ``ml.g5.xlarge``)."""
+    return ec2_type if ec2_type.startswith("ml.") else f"ml.{ec2_type}"
+
+
+def trains_on(ec2_type: str) -> bool:
+    """Whether SageMaker has a training instance of the catalog's EC2 type."""
+    name = sagemaker_type(ec2_type)
+    return name in SAGEMAKER_INSTANCES or name in SAGEMAKER_CPU_INSTANCES
+
+
+def markup(ec2_type: str, accelerated: bool) -> float:
+    """SageMaker's training price over the catalog's for ``ec2_type`` (CPU rows carry
+    SageMaker's own prices already)."""
+    if not accelerated:
+        return 1.0
+    return SAGEMAKER_MARKUP.get(ec2_type.removeprefix("ml.").split(".")[0], 1.25)

@@ -30,7 +30,18 @@ from typing import TYPE_CHECKING, Any
 
 from ferry import config
 from ferry.backends.base import Backend, LaunchRequest, RunningAttempt
-from ferry.backends.cloud import CloudRun, Refused, Seen, bucket_root, choose, env_for, nonce
+from ferry.backends.cloud import (
+    CloudRun,
+    Refused,
+    Seen,
+    bucket_root,
+    choose,
+    env_for,
+    forget_secrets,
+    nonce,
+    provider_timeout,
+    write_order,
+)
 from ferry.errors import DoesNotFit, FerryError, SpecError, Unsupported
 from ferry.store.records import Job
 
@@ -490,11 +501,11 @@ class VertexBackend(Backend):
         if target.note:
             said.append(target.note)
         parent = vertex_request.parent(chosen, region)
-        _write_order(request, folder)
+        write_order(request, folder)
         try:
             made = jobs.create(parent, body)
         except VertexError as exc:
-            _forget_secrets(folder)
+            forget_secrets(folder)
             if not exc.quota:
                 raise
             from ferry.catalog.optimizer import block
@@ -506,7 +517,7 @@ class VertexBackend(Backend):
             # the job may have been made after all: its runner ends at once, unfollowed
             with contextlib.suppress(FerryError):
                 _Place(folder).put(STOPPED, b"")
-            _forget_secrets(folder)
+            forget_secrets(folder)
             raise
         name = str(made["name"])
         said.append(f"Vertex AI custom job {name}: {vertex_request.console_url(name)}")
@@ -549,7 +560,7 @@ class VertexBackend(Backend):
             _Place(folder).put(STOPPED, b"")
         with contextlib.suppress(FerryError):
             VertexJobs(_region_of(name)).cancel(name)
-        _forget_secrets(folder)
+        forget_secrets(folder)
 
     def outputs_sent(self, job: Job, attempt: int, handle: str | None) -> list[Any] | None:
         from ferry.runner.machine import OUTPUTS
@@ -618,44 +629,3 @@ def _target(plan: Plan, option: Option, project_id: str) -> _Chosen:
         network=config.get("vertex.network"),
     )
     return _Chosen(target, note)
-
-
-def provider_timeout(plan: Plan, grace: float) -> float:
-    """The provider's own limit: ``limits.max_runtime`` with room for the notice and the
-    last upload (Ferry stops the job first), else ``cloud.max_runtime``."""
-    from ferry.backends.cloud import UPLOAD_ALLOWANCE
-
-    if plan.limits.max_runtime:
-        return plan.limits.max_runtime + grace + UPLOAD_ALLOWANCE
-    return float(config.get("cloud.max_runtime"))
-
-
-def _forget_secrets(folder: str) -> None:
-    """Remove the job's secrets from a run folder no runner will read."""
-    from ferry.runner.record import _Place
-    from ferry.runner.run import SECRETS
-
-    with contextlib.suppress(FerryError):
-        _Place(folder).remove(SECRETS)
-
-
-def _write_order(request: LaunchRequest, folder: str) -> None:
-    """The runner's order, and the job's secrets beside it, in the run folder."""
-    from ferry.runner.order import RunOrder
-    from ferry.runner.record import _Place
-    from ferry.runner.run import SECRETS
-
-    machine = dict(request.machine or {})
-    machine["requirements_into"] = "interpreter"  # the framework container's own Python
-    RunOrder(
-        attempt=request.attempt,
-        argv=request.argv,
-        cwd=".",  # the code, unpacked by ferry.runner.cloud
-        env={},
-        grace=request.grace,
-        procs_per_node=request.procs_per_node,
-        machine=machine,
-    ).write(folder)
-    secrets = {k: request.env[k] for k in request.job.plan.secrets if k in request.env}
-    if secrets:
-        _Place(folder).put(SECRETS, json.dumps(secrets).encode())

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ferry.backends.registry import BACKEND_OF, SERVICE_MARKUP
+from ferry.backends.registry import BACKEND_OF, launches, service_markup
 from ferry.catalog.offerings import Catalog, Offering, load_catalog, refreshed_dir, replaced
 
 if TYPE_CHECKING:
@@ -236,7 +236,8 @@ def plan(
         if unit is None:
             continue
         backend = "local" if local else BACKEND_OF.get(o.provider)
-        price = unit * request.nodes * SERVICE_MARKUP.get(backend or "", 1.0)
+        markup = service_markup(backend, o.instance_type, bool(o.accelerator))
+        price = unit * request.nodes * markup
         total = price * request.hours if request.hours is not None else None
         option = Option(o, backend, spot, price, total)
         why = _unusable(option, request, available, blocked, now)
@@ -281,6 +282,8 @@ def _unusable(
         return f"no backend for {option.offering.provider} yet"
     if option.backend not in available:
         return f"needs the {option.backend} backend (not in this Ferry yet)"
+    if not launches(option.backend, option.offering.instance_type):
+        return f"{option.backend} has no training instance {option.offering.instance_type}"
     block = blocked.get(option.key)
     if block and block[0] > now:
         until = time.strftime("%H:%M", time.localtime(block[0]))

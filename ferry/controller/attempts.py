@@ -376,7 +376,13 @@ def _run_attempts(
             cap,
         )
         if attempt.price:  # what it cost, as it ended (a free one stays at 0)
-            store.update_attempt(job_id, attempt.number, cost=attempt.cost_at(_ended_at(running)))
+            billed = ended_as.billed_seconds
+            cost = (
+                attempt.price * billed / 3600  # the provider's billable time
+                if billed is not None
+                else attempt.cost_at(_ended_at(running))
+            )
+            store.update_attempt(job_id, attempt.number, cost=cost)
         observer.finish()  # what the script reported last
         if here:  # (a runner elsewhere did these itself)
             _after_here(store, job_id, state, sync, hypertune)

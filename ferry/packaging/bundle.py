@@ -9,7 +9,9 @@ code folder, where the job names them).
   sent: one existence check. For a snapshot that is a code-store tree (a job's code), the
   manifest's hash is kept while the tree's record stands, so it is not read again either.
 - ``<root>/.ferry/wheels/<sha256 prefix>/ferry-<version>-py3-none-any.whl``: the wheel of
-  the Ferry this process runs (:mod:`ferry.packaging.wheel`), under the hash of its bytes.
+  the Ferry this process runs (:mod:`ferry.packaging.wheel`), under the hash of its bytes;
+  for a machine that must install it itself (SageMaker), ``bootstrap.py`` beside it
+  (:mod:`ferry.runner.bootstrap`, written after the wheel: where it is, both are).
 
 An object is written once, whole: a bucket makes an object visible only when its upload
 completes, and a folder gets a temporary file renamed into place. A failed upload leaves
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 PREFIX = ".ferry"  # under the bucket root: what Ferry keeps there
+BOOTSTRAP = "bootstrap.py"  # beside the wheel: what installs it on a bare machine
 _DIGESTS = "digests"  # under the code store: a tree's manifest hash, once taken
 
 
@@ -44,10 +47,16 @@ class Bundle:
     sent: int  # bytes uploaded now (0: everything was there)
 
 
-def upload(code: Path, root: str, progress: Callable[[str], None] = lambda line: None) -> Bundle:
+def upload(
+    code: Path,
+    root: str,
+    progress: Callable[[str], None] = lambda line: None,
+    bootstrap: bool = False,
+) -> Bundle:
     """Put the code snapshot ``code`` and Ferry's wheel under ``root`` (a bucket URI, or
-    a folder), each unless it is there already. Raises :class:`FerryError` (a link that
-    leaves the folder, a bucket that cannot be reached or written)."""
+    a folder), each unless it is there already, and with ``bootstrap`` the bootstrap
+    beside the wheel. Raises :class:`FerryError` (a link that leaves the folder, a bucket
+    that cannot be reached or written)."""
     from ferry.packaging.wheel import ferry_wheel
     from ferry.storage.locations import parse_uri
 
@@ -68,11 +77,21 @@ def upload(code: Path, root: str, progress: Callable[[str], None] = lambda line:
                 sent += size
     wheel = ferry_wheel()
     wheel_digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
-    wheel_at = base.child(f"wheels/{wheel_digest[:32]}/{wheel.name}")
+    folder = base.child(f"wheels/{wheel_digest[:32]}")
+    wheel_at = folder.child(wheel.name)
+    beside = folder.child(BOOTSTRAP)
+    if bootstrap and _exists(beside.uri):
+        return Bundle(base.child(f"code/{digest}.tar.gz").uri, wheel_at.uri, sent)
     if not _exists(wheel_at.uri):
         progress(f"uploading Ferry's wheel ({_size(wheel.stat().st_size)})")
         _put(wheel, wheel_at.uri)
         sent += wheel.stat().st_size
+    if bootstrap:
+        from ferry.runner import bootstrap as source
+
+        script = Path(source.__file__)
+        _put(script, beside.uri)
+        sent += script.stat().st_size
     return Bundle(base.child(f"code/{digest}.tar.gz").uri, wheel_at.uri, sent)
 
 

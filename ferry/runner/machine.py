@@ -74,6 +74,9 @@ class Machine:
     # asking for the same; "interpreter", the runner's own (a provider's framework
     # container, whose packages the job keeps)
     requirements_into: str = "venv"
+    # a SageMaker machine's own /opt/ml: what a script writes into its model and
+    # output/data folders (paths it hard-codes) joins the job's outputs at the end
+    provider_tree: str = ""
 
     def fields(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -256,7 +259,10 @@ class Prepared:
         self.dirs = dirs = JobDirs.under(str(self.sync.local))
         dirs.create()
         inputs = stage_inputs(
-            plan.inputs, self.scratch / "inputs", config.ferry_home() / "cache", record.event
+            {name: _in_channel(item) for name, item in plan.inputs.items()},
+            self.scratch / "inputs",
+            config.ferry_home() / "cache",
+            record.event,
         )
         if self.sync.remote:  # a fresh machine resumes from the bucket's checkpoints
             try:
@@ -425,6 +431,8 @@ class Prepared:
         self._copy_metrics()
         for failure in self.live.failures():
             self.record.event(failure)
+        if self.plan.provider_tree:
+            self._pick_up(Path(self.plan.provider_tree))
         try:
             self.state.save(final=True, prune=True)
         except OSError as exc:
@@ -439,6 +447,47 @@ class Prepared:
         else:
             self.record.put(OUTPUTS, json.dumps(listing).encode())
         self.discard()
+
+    def _pick_up(self, tree: Path) -> None:
+        """Files the script wrote into the provider's own ``model`` and ``output/data``
+        folders (SageMaker's ``/opt/ml``, hard-coded), moved into the job's outputs."""
+        for source, target in (
+            (tree / "model", self.dirs.model),
+            (tree / "output" / "data", self.dirs.output),
+        ):
+            if not source.is_dir() or source.resolve() == target.resolve():
+                continue
+            moved = 0
+            for path in sorted(source.rglob("*")):
+                if not path.is_file() or path.is_symlink():
+                    continue
+                into = target / path.relative_to(source)
+                if into.exists():  # (the job's own folder wins)
+                    continue
+                try:
+                    into.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.move(str(path), into)
+                except OSError as exc:
+                    self.record.event(f"{path} could not join the outputs: {exc}")
+                    continue
+                moved += 1
+            if moved:
+                self.record.event(f"{moved} files written to {source} joined the outputs")
+
+
+def _in_channel(item: dict[str, str]) -> dict[str, str]:
+    """An input the provider brought (a SageMaker channel: ``uri`` is its folder here,
+    ``channel_of`` the bucket's URI): a single object is the file in that folder."""
+    source = item.get("channel_of")
+    if not source:
+        return item
+    folder = Path(item["uri"])
+    if not source.endswith("/"):
+        entries = list(folder.iterdir()) if folder.is_dir() else []
+        file = folder / source.rsplit("/", 1)[-1]
+        if len(entries) == 1 and file.is_file():
+            return {**item, "uri": str(file)}
+    return item
 
 
 def _given_gpus(env: dict[str, str], count: int) -> tuple[int, ...]:

@@ -95,12 +95,15 @@ class Attempt:
     def cost_at(self, now: float) -> float:
         """USD spent by ``now``: the price over the time it ran (or has run so far)."""
         end = self.ended_at if self.ended_at is not None else now
-        return accrued(self.cost, self.price, self.started_at, end)
+        return accrued(self.cost, self.price, self.started_at, end, self.ended_at is not None)
 
 
-def accrued(recorded: float, price: float, started: float, ended: float) -> float:
-    """An attempt's cost: its price (USD per hour) over the time it ran, or what was
-    recorded for it if more."""
+def accrued(recorded: float, price: float, started: float, ended: float, over: bool) -> float:
+    """An attempt's cost. One that is ``over`` costs what was recorded as it ended (the
+    provider's bill, or its price over the time it ran); one still running, its price over
+    the time so far, or what was recorded if more."""
+    if over and recorded > 0:
+        return recorded
     return max(recorded, price * max(0.0, ended - started) / 3600)
 
 

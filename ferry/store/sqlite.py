@@ -590,7 +590,7 @@ class SQLiteStore(Store):
         for row in rows:
             accelerator = (json.loads(row[4]).get("resources") or {}).get("accelerator")
             start, end = row[7], row[8] if row[8] is not None else now
-            whole = accrued(row[9], row[6], start, end)
+            whole = accrued(row[9], row[6], start, end, row[8] is not None)
             inside = max(0.0, min(end, until) - max(start, since))
             cost = whole * inside / (end - start) if end > start else whole
             out.append(

@@ -1,5 +1,6 @@
 """What the backends' tests share: the job script they run, the test session's Ray head,
-and its Vertex AI test server (tests/backends/vertex_server.py)."""
+its Vertex AI test server (tests/backends/vertex_server.py) and its SageMaker test server
+(tests/backends/sagemaker_server.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.backends.sagemaker_server import SageMakerServer
 from tests.backends.vertex_server import VertexServer
 from tests.conftest import ferry
 
@@ -121,4 +123,53 @@ def on_vertex(
         assert ferry("config", "set", key, value).returncode == 0
     vertex_server.script.clear()
     (project / "train.py").write_text(SCRIPT)
-    return {"gs": gs, "bucket": bucket, "server": vertex_server}
+    return {"gs": gs, "fs": gs, "protocol": "gs", "bucket": bucket, "server": vertex_server}
+
+
+@pytest.fixture(scope="session")
+def sagemaker_server(
+    tmp_path_factory: pytest.TempPathFactory, s3_endpoint: str
+) -> Iterator[SageMakerServer]:
+    server = SageMakerServer(tmp_path_factory.mktemp("sagemaker"), s3_endpoint, grace=5.0)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def on_sagemaker(
+    home: Path,
+    project: Path,
+    sagemaker_server: SageMakerServer,
+    s3_endpoint: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> dict[str, Any]:
+    """This test's FERRY_HOME set for the test server, outputs in a bucket of its own; AWS's
+    own variables point boto3's CloudWatch Logs at moto."""
+    import boto3
+
+    for key, value in (
+        ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_SECRET_ACCESS_KEY", "testing"),
+        ("AWS_DEFAULT_REGION", "us-east-1"),
+        ("AWS_ENDPOINT_URL_CLOUDWATCH_LOGS", s3_endpoint),
+    ):
+        monkeypatch.setenv(key, value)
+    s3 = boto3.client("s3", endpoint_url=s3_endpoint)
+    bucket = f"sm-{os.urandom(4).hex()}"
+    s3.create_bucket(Bucket=bucket)
+    for key, value in (
+        ("sagemaker.endpoint", sagemaker_server.endpoint),
+        ("sagemaker.role", "arn:aws:iam::123456789012:role/ferry-tests"),
+        ("storage.s3.endpoint_url", s3_endpoint),
+        ("outputs_root", f"s3://{bucket}/runs"),
+        ("outputs.sync_interval", "1s"),
+    ):
+        assert ferry("config", "set", key, value).returncode == 0
+    sagemaker_server.script.clear()
+    (project / "train.py").write_text(SCRIPT)
+    import s3fs
+
+    fs = s3fs.S3FileSystem(
+        key="testing", secret="testing", client_kwargs={"endpoint_url": s3_endpoint}
+    )
+    return {"s3": s3, "fs": fs, "protocol": "s3", "bucket": bucket, "server": sagemaker_server}

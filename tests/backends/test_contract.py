@@ -6,8 +6,9 @@ inputs), logs and metrics reach `ferry logs` and `ferry metrics`, outputs reach 
 with their manifest, cancel and preemption give the script the notice, a preempted job
 resumes from its checkpoint, and a job outlives the loss of the process that followed it.
 Each backend runs where its tests run: local on this machine, ray on the test session's
-Ray head (one worker holds it), vertex on the session's JobService test server, whose
-provider double runs the request's command on this machine against the bucket emulator.
+Ray head (one worker holds it), vertex on the session's JobService test server and
+sagemaker on the session's SageMaker test server, whose provider doubles run the request's
+command on this machine against the bucket emulators.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ from tests.conftest import (
         # (the session's JobService test server and its provider double, on the bucket
         # emulator: tests/backends/vertex_server.py)
         pytest.param("vertex", marks=pytest.mark.xdist_group("vertex")),
+        # (tests/backends/sagemaker_server.py, on moto's S3)
+        pytest.param("sagemaker", marks=pytest.mark.xdist_group("sagemaker")),
     ]
 )
 def backend(
@@ -48,10 +51,13 @@ def backend(
     """The backend under test, with the place its jobs go to ready."""
     if request.param == "ray":
         monkeypatch.setenv("RAY_ADDRESS", request.getfixturevalue("ray_head"))
-    if request.param == "vertex":
-        request.getfixturevalue("on_vertex")
+    if request.param in CLOUDS:
+        request.getfixturevalue(CLOUDS[request.param])
     (project / "train.py").write_text(SCRIPT)
     return str(request.param)
+
+
+CLOUDS = {"vertex": "on_vertex", "sagemaker": "on_sagemaker"}  # backend -> its fixture
 
 
 class Place:
@@ -59,27 +65,28 @@ class Place:
     a bucket (a cloud's machine reads none of this machine's files)."""
 
     def __init__(self, bucket: dict[str, Any] | None) -> None:
-        self.fs = bucket["gs"] if bucket else None
+        self.fs = bucket["fs"] if bucket else None
         self.bucket = bucket["bucket"] if bucket else ""
+        self.protocol = bucket["protocol"] if bucket else ""
 
     def input(self, folder: Path) -> str:
         """The URI a job gives for ``folder``'s files."""
         if self.fs is None:
             return str(folder)
         self.fs.put(str(folder), f"{self.bucket}/inputs/{folder.name}", recursive=True)
-        return f"gs://{self.bucket}/inputs/{folder.name}"
+        return f"{self.protocol}://{self.bucket}/inputs/{folder.name}"
 
     def read(self, outputs: str, path: str) -> bytes:
         """The bytes of ``path`` in the job's outputs."""
         if self.fs is None:
             return (Path(outputs) / path).read_bytes()
-        data: bytes = self.fs.cat_file(f"{outputs.removeprefix('gs://')}/{path}")
+        data: bytes = self.fs.cat_file(f"{outputs.split('://', 1)[1]}/{path}")
         return data
 
 
 @pytest.fixture
 def place(backend: str, request: pytest.FixtureRequest) -> Place:
-    return Place(request.getfixturevalue("on_vertex") if backend == "vertex" else None)
+    return Place(request.getfixturevalue(CLOUDS[backend]) if backend in CLOUDS else None)
 
 
 def _submit(project: Path, backend: str, mode: str = "ok", spec: str = "") -> str:

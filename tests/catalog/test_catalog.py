@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ferry.accelerators import parse_accelerator
-from ferry.backends.registry import BACKEND_OF, SERVICE_MARKUP
+from ferry.backends.registry import BACKEND_OF, service_markup
 from ferry.catalog.offerings import Catalog, Offering, load_catalog, screen, select
 from ferry.catalog.optimizer import Request, block, blocked_offerings, plan
 
@@ -89,8 +89,8 @@ def test_cheapest_8xh100_spot_across_chosen_regions(home: Path) -> None:
     best = found.best
     assert best is not None and best.spot
     assert best.offering.region in ("us-central1", "us-east-1")
-    assert best.price == min(  # (Vertex AI adds its 15 % to Google Cloud's prices)
-        (o.spot_price or 1e9) * SERVICE_MARKUP.get(BACKEND_OF[o.provider] or "", 1.0)
+    assert best.price == min(  # (Vertex AI and SageMaker add to the machines' prices)
+        (o.spot_price or 1e9) * service_markup(BACKEND_OF[o.provider], o.instance_type, True)
         for o in load_catalog().offerings
         if o.accelerator == "H100" and o.count >= 8 and o.region in request.regions
     )
@@ -113,7 +113,7 @@ def test_a_tpu_request_takes_the_cheapest_slice_of_that_size(home: Path) -> None
 def test_nodes_runtime_and_memory_shape_the_ranking(home: Path) -> None:
     catalog = Catalog(
         [
-            offering("aws", "a", "small", "A100", 1, 2.0, vcpus=8, memory=64),
+            offering("azure", "a", "small", "A100", 1, 2.0, vcpus=8, memory=64),
             offering("gcp", "b", "roomy", "A100", 1, 3.0, vcpus=32, memory=256),
             offering("gcp", "c", "eight", "A100", 8, 20.0, vcpus=96, memory=1024),
         ],
@@ -238,3 +238,31 @@ def test_spending_by_day_shares_an_attempt_among_its_days() -> None:
         "A100:1": 5.0,
         "CPU only": 20.0,
     }
+
+
+def test_sagemaker_offers_its_training_instances_at_its_own_prices(home: Path) -> None:
+    request = Request(parse_accelerator("L4:1"), regions=("us-east-1",))
+    found = plan(request, backends=["sagemaker"], include_local=False)
+    options = [o for o in found.options if o.backend == "sagemaker"]
+    assert options and all(o.offering.instance_type.startswith("g6.") for o in options)
+    cheapest = options[0]
+    ec2 = cheapest.offering.price_for(False)
+    assert ec2 is not None and cheapest.price == pytest.approx(ec2 * 1.40)  # (G family)
+    # EC2 has gr6 with L4s; SageMaker trains on none of them
+    passed = [o for o in found.skipped if o.offering.instance_type.startswith("gr6.")]
+    assert passed and all("no training instance" in (o.skipped or "") for o in passed)
+    # CPU rows carry SageMaker's own prices already
+    cpu = plan(Request(None, regions=("us-east-1",)), backends=["sagemaker"], include_local=False)
+    m5 = [o for o in cpu.options if o.offering.instance_type == "m5.xlarge"]
+    assert m5 and m5[0].price == pytest.approx(0.23)
+
+
+def test_an_ended_attempt_costs_what_was_billed() -> None:
+    from ferry.store.records import accrued
+
+    # the provider billed 60 s of a 10-minute attempt (spot): that is its cost
+    assert accrued(1.0 * 60 / 3600, 1.0, 0.0, 600.0, over=True) == pytest.approx(1 / 60)
+    # while it runs, the price over the time so far
+    assert accrued(0.0, 1.0, 0.0, 600.0, over=False) == pytest.approx(1 / 6)
+    # an ended attempt with nothing recorded: the price over the time it ran
+    assert accrued(0.0, 1.0, 0.0, 600.0, over=True) == pytest.approx(1 / 6)

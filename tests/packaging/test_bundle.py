@@ -139,6 +139,13 @@ def test_the_code_and_the_wheel_go_up_once_under_their_hashes(
     changed = bundle.upload(code, root)
     assert changed.code != first.code and changed.wheel == first.wheel
     assert 0 < changed.sent < first.sent  # (the archive only)
+    # for a bare machine, the bootstrap beside the wheel; then, again, nothing sent
+    beside = first.wheel.rsplit("/", 1)[0] + "/bootstrap.py"
+    booted = bundle.upload(code, root, bootstrap=True)
+    assert booted.wheel == first.wheel and 0 < booted.sent < 10_000  # (the bootstrap only)
+    fetch(beside, tmp_path / "bootstrap.py")
+    assert "ferry bootstrap" in (tmp_path / "bootstrap.py").read_text()
+    assert bundle.upload(code, root, bootstrap=True).sent == 0
     # a link that leaves the folder: the other machine would not have it
     (code / "outside").symlink_to(tmp_path)
     with pytest.raises(FerryError, match="link outside points outside it"):
