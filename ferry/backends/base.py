@@ -63,7 +63,7 @@ class Exit:
     cpu_seconds: float | None = None  # what its processes used, when the backend knows
     peak_rss: float | None = None
     said: str | None = None  # what the script wrote of its failure, on another machine
-    billed_seconds: float | None = None  # the time the provider bills, when it says
+    billed: float | None = None  # USD the provider bills for it, when it says
 
 
 class RunningAttempt(abc.ABC):

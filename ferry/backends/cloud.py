@@ -451,6 +451,7 @@ def write_order(
         grace=request.grace,
         procs_per_node=request.procs_per_node,
         machine=machine,
+        echo=True,  # (the provider's log shows the job's output too)
     ).write(folder)
     secrets = {k: request.env[k] for k in request.job.plan.secrets if k in request.env}
     if secrets:

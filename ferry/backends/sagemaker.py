@@ -1,4 +1,5 @@
-"""The sagemaker backend: each attempt is a SageMaker training job, sent through boto3.
+"""The sagemaker backend: each attempt is a SageMaker training job, sent through boto3
+(:mod:`ferry.backends.sagemaker_api`).
 
 Launching an attempt:
 
@@ -10,43 +11,43 @@ Launching an attempt:
 3. the run folder ``s3://BUCKET/.ferry/runs/<training job name>``: the runner's order and
    the job's secrets (never in the request, which the console shows);
 4. ``CreateTrainingJob`` (:mod:`ferry.backends.sagemaker_request`), checked against
-   botocore's model.
+   botocore's model (at submit too, with stand-ins for what is not known yet).
 
 SageMaker's states map to the controller's: ``InProgress`` waits while its secondary
-status says the machine is being readied (Starting, LaunchingMLInstances, Downloading ...,
-for at most ``limits.max_pending``) and runs from Training on; Completed, Failed and
-Stopped end the attempt as its run folder records it. A spot interruption (secondary
-status Interrupted) ends the attempt as preempted: Ferry stops the training job, and the
-next attempt resumes from the job's checkpoints, so retries stay Ferry's. A create
-refused for quota (ResourceLimitExceeded) and a job failed with a CapacityError before its
-runner started pass that offering over. The cost of an attempt is SageMaker's
-``BillableTimeInSeconds`` at the offering's price.
+status says the instance is being found and made ready (Starting, LaunchingMLInstances,
+PreparingTrainingStack, for at most ``limits.max_pending``) and runs from Downloading on,
+which SageMaker bills; Completed, Failed and Stopped end the attempt as its run folder
+records it. A spot interruption (``Interrupted`` in the job's status transitions) ends
+the attempt as preempted: Ferry tells the run folder to stop and stops the training job,
+which SageMaker would otherwise restart inside the same job, and the next attempt resumes
+from the job's checkpoints, so retries stay Ferry's. A create refused for quota
+(ResourceLimitExceeded) and a job failed with a CapacityError before its runner started
+pass that offering over. An attempt costs SageMaker's ``BillableTimeInSeconds`` at the
+instance's on-demand price (for managed spot, those seconds already carry the discount).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ferry import config
-from ferry.backends.base import Backend, Exit, LaunchRequest, RunningAttempt
+from ferry.backends.base import Exit, LaunchRequest, RunningAttempt
 from ferry.backends.cloud import (
     CloudRun,
-    Refused,
     Seen,
     bucket_root,
     choose,
     env_for,
-    forget_secrets,
     nonce,
     provider_timeout,
     write_order,
 )
-from ferry.errors import DoesNotFit, FerryError, SpecError, Unsupported
+from ferry.backends.cloud_backend import Chosen, CloudBackend, Placeholders, bundle_said
+from ferry.backends.sagemaker_api import SageMakerJobs, bucket_region, region, require_sdk
+from ferry.errors import SpecError, Unsupported
 from ferry.store.records import Job
 
 if TYPE_CHECKING:
@@ -56,195 +57,19 @@ if TYPE_CHECKING:
 
 PLACEHOLDER_ROLE = "<ROLE_ARN>"
 _ROLE_STAND_IN = "arn:aws:iam::123456789012:role/ferry-dry-run"  # (checks a dry run's form)
-_WAITING = {
-    "Starting",
-    "Pending",
-    "LaunchingMLInstances",
-    "PreparingTrainingStack",
-    "Downloading",
-    "DownloadingTrainingImage",
-    "Restarting",
-}
+# the instance is being found and made ready: not billed yet
+_WAITING = {"Starting", "Pending", "LaunchingMLInstances", "PreparingTrainingStack"}
 _ENDED = {"Completed", "Failed", "Stopped"}
+_INTERRUPTED = {"Interrupted", "Restarting"}  # managed spot: the instance was taken back
 _CAPACITY_WORDS = ("capacityerror", "insufficient capacity", "unable to provision")
-_GRACE = 120.0  # s: SageMaker's spot notice, as EC2's: two minutes before the machine goes
-_TAIL = 20  # lines of the provider's log said when its runner never started
-
-
-def region() -> str | None:
-    """The AWS region of SageMaker jobs, when one is set (setting, then AWS's variables)."""
-    given = config.get("sagemaker.region")
-    if given:
-        return str(given)
-    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
-
-
-def _require_sdk() -> None:
-    """Raise BackendNotInstalled when boto3 is missing."""
-    import importlib.util
-
-    if importlib.util.find_spec("boto3") is None:
-        from ferry.errors import BackendNotInstalled
-
-        raise BackendNotInstalled(
-            "the sagemaker backend needs boto3, which is not installed",
-            "pip install 'ferry[sagemaker]'",
-        )
-
-
-class SageMakerJobs:
-    """SageMaker's API in one region (or at ``sagemaker.endpoint``), with its errors as
-    FerryErrors that carry SageMaker's own words; CloudWatch Logs beside it."""
-
-    def __init__(self, region_name: str) -> None:
-        _require_sdk()
-        import boto3
-        from botocore.config import Config
-
-        self.region = region_name
-        endpoint = config.get("sagemaker.endpoint")
-        # (short: a poll must not hold up the process that follows; the next one asks again)
-        self._config = Config(
-            retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=10, read_timeout=30
-        )
-        try:
-            self.client = boto3.client(
-                "sagemaker",
-                region_name=region_name,
-                endpoint_url=str(endpoint) if endpoint else None,
-                config=self._config,
-            )
-        except Exception as exc:  # (botocore: no region, a bad endpoint)
-            raise FerryError(
-                f"SageMaker cannot be reached: {exc}", "check sagemaker.region and the AWS setup"
-            ) from None
-        self._logs: Any = None
-
-    def _call(self, what: str, call: Any) -> Any:
-        from botocore.exceptions import ClientError
-
-        try:
-            return call()
-        except ClientError as exc:
-            raise SageMakerError(what, exc) from None
-        except Exception as exc:  # (credentials, the network, a retry that ran out)
-            raise FerryError(f"SageMaker: {what} failed: {exc}", _credentials_hint(exc)) from None
-
-    def create(self, body: dict[str, Any]) -> dict[str, Any]:
-        """Create the training job ``body``. A call whose answer was lost (a timeout, a
-        server error) may have made it: it is looked for by its name, which Ferry chose,
-        before the error is raised, so no job runs unseen."""
-        from botocore.exceptions import ClientError
-
-        from ferry.backends.sagemaker_request import validate
-
-        validate(body)
-        name = body["TrainingJobName"]
-        try:
-            self.client.create_training_job(**body)
-        except ClientError as exc:
-            error = SageMakerError("creating the training job", exc)
-            if error.code != "ResourceInUse":  # (in use: made by the lost first try)
-                status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
-                if status < 500:
-                    raise error from None
-                return self._made(name, error.message)
-        except Exception as exc:  # no answer: it may exist
-            return self._made(name, f"SageMaker: creating the training job failed: {exc}")
-        return self.describe(name)
-
-    def _made(self, name: str, failure: str) -> dict[str, Any]:
-        try:
-            return self.describe(name)
-        except SageMakerError as again:
-            if again.code == "ValidationException":  # ("Requested resource not found")
-                raise FerryError(failure, "check the network, and try again") from None
-            raise FerryError(
-                f"{failure}, and whether it was made could not be seen ({again.message})",
-                "look for it in the console; Ferry told its runner to stop at once",
-            ) from None
-
-    def describe(self, name: str) -> dict[str, Any]:
-        found: dict[str, Any] = self._call(
-            "reading the training job",
-            lambda: self.client.describe_training_job(TrainingJobName=name),
-        )
-        return found
-
-    def stop(self, name: str) -> None:
-        from botocore.exceptions import ClientError
-
-        try:
-            self.client.stop_training_job(TrainingJobName=name)
-        except ClientError as exc:
-            error = SageMakerError("stopping the training job", exc)
-            words = error.message.lower()
-            if error.code == "ValidationException" and (
-                "stopped" in words or "completed" in words or "failed" in words
-            ):
-                return  # it has ended already
-            raise error from None
-        except Exception as exc:
-            raise FerryError(f"SageMaker: stopping the training job failed: {exc}") from None
-
-    def log_tail(self, name: str, lines: int = _TAIL) -> list[str]:
-        """The last ``lines`` of the job's CloudWatch log streams (one per host), oldest
-        first; ``[]`` when there are none or they cannot be read."""
-        from ferry.backends.sagemaker_request import LOG_GROUP
-
-        with contextlib.suppress(Exception):
-            if self._logs is None:
-                import boto3
-
-                self._logs = boto3.client("logs", region_name=self.region, config=self._config)
-            streams = self._logs.describe_log_streams(
-                logGroupName=LOG_GROUP, logStreamNamePrefix=f"{name}/"
-            ).get("logStreams", [])
-            found: list[tuple[int, str]] = []
-            for stream in streams[:4]:
-                events = self._logs.get_log_events(
-                    logGroupName=LOG_GROUP,
-                    logStreamName=stream["logStreamName"],
-                    limit=lines,
-                    startFromHead=False,
-                ).get("events", [])
-                found += [(int(e.get("timestamp", 0)), str(e.get("message", ""))) for e in events]
-            return [message.rstrip("\n") for _, message in sorted(found)][-lines:]
-        return []
-
-
-def _credentials_hint(exc: Exception) -> str:
-    if type(exc).__name__ in ("NoCredentialsError", "PartialCredentialsError"):
-        return "set up AWS credentials: aws configure (or aws sso login)"
-    if type(exc).__name__ == "NoRegionError":
-        return "ferry config set sagemaker.region REGION"
-    return "check the AWS credentials (aws sts get-caller-identity) and the network"
-
-
-class SageMakerError(FerryError):
-    """SageMaker refused a call; its message verbatim, with the fix when one is known."""
-
-    def __init__(self, what: str, exc: Any) -> None:
-        error = exc.response.get("Error", {}) if hasattr(exc, "response") else {}
-        self.code = str(error.get("Code") or "")
-        words = str(error.get("Message") or exc)
-        self.quota = self.code == "ResourceLimitExceeded"
-        hint = "see the message above"
-        if self.code in ("AccessDeniedException", "AccessDenied", "UnauthorizedOperation"):
-            hint = (
-                "give your AWS identity sagemaker:CreateTrainingJob, DescribeTrainingJob and "
-                "StopTrainingJob, and iam:PassRole on sagemaker.role"
-            )
-        elif self.code in ("UnrecognizedClientException", "InvalidSignatureException"):
-            hint = "check the AWS credentials: aws sts get-caller-identity"
-        elif self.quota:
-            hint = (
-                "ask for more quota: Service Quotas > Amazon SageMaker > '<instance type> for "
-                "training job usage' (or spot training job usage)"
-            )
-        elif "role" in words.lower() and self.code == "ValidationException":
-            hint = "check sagemaker.role: a role SageMaker may assume, with access to the bucket"
-        super().__init__(f"SageMaker: {what} failed: {words}", hint)
+_GRACE = 120.0  # s: SageMaker's spot notice, as EC2's: two minutes before the instance goes
+# the spec's fields behind the request's, for a refusal at submit
+_FROM_SPEC = {
+    "Environment": "env",
+    "HyperParameters": "hyperparameters",
+    "MetricDefinitions": "metrics",
+    "InputDataConfig": "inputs",
+}
 
 
 class SageMakerRun(CloudRun):
@@ -269,8 +94,9 @@ class SageMakerRun(CloudRun):
         self.name = name
         self.region = region_name
         self.log_path = log_path
+        self._nodes = job.plan.resources.nodes
         self._jobs = jobs
-        self._billed: float | None = None
+        self._billed: float | None = None  # BillableTimeInSeconds, once ended
         self._said += said or []
 
     @property
@@ -291,14 +117,10 @@ class SageMakerRun(CloudRun):
         secondary = str(data.get("SecondaryStatus") or "")
         state = f"{status}/{secondary}" if secondary else status
         reason = str(data.get("FailureReason") or "")
+        seen = {str(t.get("Status")) for t in data.get("SecondaryStatusTransitions") or []}
         if status not in _ENDED:
-            if secondary == "Interrupted":  # spot capacity taken back: Ferry's retry
-                self._said.append(
-                    "spot capacity taken back (SageMaker: Interrupted): stopping the training "
-                    "job, so that the next attempt resumes from the checkpoints"
-                )
-                self.jobs.stop(self.name)  # (a failure: asked again at the next look)
-                return Seen(Seen.ENDED, state, reason, preempted=True)
+            if seen & _INTERRUPTED or secondary in _INTERRUPTED:  # (seen late, or restarted)
+                return self._interrupted(state, reason)
             phase = Seen.PENDING if secondary in _WAITING else Seen.RUNNING
             return Seen(phase, state, _latest(data))
         if data.get("BillableTimeInSeconds") is not None:
@@ -314,9 +136,23 @@ class SageMakerRun(CloudRun):
             said,
             succeeded=status == "Completed",
             no_capacity=capacity and not started,
-            preempted=capacity and started,
-            cancelled=status == "Stopped" and secondary == "Stopped",
+            preempted=(capacity and started) or bool(seen & _INTERRUPTED),
+            cancelled=status == "Stopped" and secondary == "Stopped" and not seen & _INTERRUPTED,
         )
+
+    def _interrupted(self, state: str, reason: str) -> Seen:
+        """The spot instance was taken back: a runner SageMaker starts again ends at once,
+        and the training job is stopped (a stop that fails is asked again at the next
+        look); the attempt is preempted."""
+        from ferry.backends.cloud import STOPPED_NAME
+
+        self._place.put(STOPPED_NAME, b"")
+        self.jobs.stop(self.name)
+        self._said.append(
+            "spot capacity taken back (SageMaker: Interrupted): the training job is stopped, "
+            "and the next attempt resumes from the checkpoints"
+        )
+        return Seen(Seen.ENDED, state, reason, preempted=True)
 
     def _cancel(self) -> None:
         self.jobs.stop(self.name)
@@ -336,8 +172,9 @@ class SageMakerRun(CloudRun):
                     f"the training job's last log lines (CloudWatch: "
                     f"{logs_url(self.region, self.name)}) are in ferry logs"
                 )
-        if self._billed is not None:
-            ended = replace(ended, billed_seconds=self._billed)
+        rate = _on_demand(self.option, self._nodes)
+        if self._billed is not None and rate is not None:
+            ended = replace(ended, billed=rate * self._billed / 3600)
         return ended
 
 
@@ -347,6 +184,21 @@ def _latest(data: dict[str, Any]) -> str:
     if transitions:
         return str(transitions[-1].get("StatusMessage") or "")
     return ""
+
+
+def _on_demand(option: Option | None, nodes: int) -> float | None:
+    """USD per hour SageMaker bills its billable seconds at: the on-demand price."""
+    if option is None:
+        return None
+    from ferry.backends.registry import service_markup
+
+    unit = option.offering.price_for(False)
+    if unit is None:
+        return None
+    markup = service_markup(
+        "sagemaker", option.offering.instance_type, bool(option.offering.accelerator)
+    )
+    return unit * markup * nodes
 
 
 def _handle(name: str, region_name: str, folder: str) -> str:
@@ -359,11 +211,11 @@ def _parse_handle(handle: str | None) -> tuple[str, str, str]:
     return region_name, name, folder
 
 
-class SageMakerBackend(Backend):
+class SageMakerBackend(CloudBackend):
     """Attempts run as SageMaker training jobs in the provider's prebuilt containers."""
 
     name = "sagemaker"
-    runs_here = False
+    spot_notice = _GRACE
     features = frozenset(
         {
             "inputs.remote",
@@ -377,11 +229,11 @@ class SageMakerBackend(Backend):
         }
     )
 
-    def _check(self, spec: JobSpec, outputs: str | None = None) -> None:
+    def _check(self, spec: JobSpec, outputs: str | None = None, offline: bool = False) -> None:
         from ferry.accelerator_names import backend_name
-        from ferry.store.plan import Plan
+        from ferry.backends import sagemaker_request as request
 
-        _require_sdk()
+        require_sdk()
         outputs = outputs or spec.outputs or f"{config.default_outputs_root()}/{{job_id}}"
         bucket_root(outputs, "s3", self.name)
         for name, item in spec.inputs.items():
@@ -392,60 +244,48 @@ class SageMakerBackend(Backend):
                     f"put it in a bucket (aws s3 cp --recursive {item.uri} s3://BUCKET/...) "
                     "and give that URI",
                 )
-            if item.mode == "mount" and not item.uri.startswith("s3://"):
-                raise SpecError(
-                    f"input {name!r}: SageMaker mounts only s3:// data ({item.uri})",
-                    "use mode: copy, or put the data in S3",
-                )
+        _one_channel_each(list(spec.inputs))
         acc = spec.resources.accelerator_request
         if acc is not None and backend_name(acc, "sagemaker") is None:
             raise Unsupported(
                 f"SageMaker has no training instance for {acc}",
                 "see the instances it has: ferry catalog ls --provider aws",
             )
-        plan = Plan.of(spec.to_json())
-        option = choose(_in_region(plan, region()), self.name)
-        _target(plan, option, str(config.get("sagemaker.role") or _ROLE_STAND_IN))
+        marks = Placeholders(stand_ins={"<JOB_ID>": "job", "<BUCKET>": "bucket"})  # (a dry run's)
+        body = self._request(spec, outputs.replace("{job_id}", "job"), marks, offline)[0]
+        problems = request.problems(body, marks.stand_ins)
+        if problems:
+            where = next(
+                (f" (the spec's {v})" for k, v in _FROM_SPEC.items() if k in problems[0]), ""
+            )
+            raise SpecError(
+                f"SageMaker would refuse this job's request{where}: {problems[0]}",
+                "see the request: ferry run JOB.yaml --backend sagemaker --dry-run",
+            )
 
-    def dry_run(self, spec: JobSpec) -> dict[str, Any]:
-        """The ``CreateTrainingJob`` request the first attempt of ``spec`` would send, with
-        placeholders for what is known only at submit (the job's id, the code's hash) or
-        from settings that are not set (the role, the bucket)."""
+    def _request(
+        self, spec: JobSpec, outputs: str, marks: Placeholders, offline: bool
+    ) -> tuple[dict[str, Any], Chosen]:
+        """The request of the first attempt of ``spec``, with ``marks`` for what is not
+        known (the job's id, the hashes, settings that are not set)."""
         from ferry import __version__
         from ferry.backends import sagemaker_request as request
         from ferry.store.plan import Plan
 
-        self.check_features(spec)
-        placeholders: list[dict[str, str]] = []
-        stand_ins: dict[str, str] = {}
-
-        def mark(name: str, filled_by: str, stand_in: str) -> str:
-            placeholders.append({"placeholder": name, "filled_by": filled_by})
-            stand_ins[name] = stand_in
-            return name
-
-        outputs = spec.outputs or f"{config.default_outputs_root()}/{{job_id}}"
-        if not outputs.startswith("s3://"):
-            bucket = mark(
-                "<BUCKET>",
-                "outputs: s3://BUCKET/runs/{job_id} in the spec, or: ferry config set "
-                "outputs_root s3://BUCKET/runs",
-                "bucket",
-            )
-            outputs = f"s3://{bucket}/runs/{{job_id}}"
-        job_id = mark("<JOB_ID>", "the job's id, given when it is submitted", "job")
-        outputs = outputs.replace("{job_id}", job_id)
-        root = bucket_root(outputs, "s3", self.name)
         plan = Plan.of(spec.to_json())
-        self._check(spec, outputs=outputs)
-        option = choose(_in_region(plan, region()), self.name)
-        role = str(config.get("sagemaker.role") or "") or mark(
+        root = bucket_root(outputs, "s3", self.name)
+        where = _region_of(plan, outputs, offline)
+        option = choose(_in_region(plan, where), self.name)
+        role = str(config.get("sagemaker.role") or "") or marks.mark(
             PLACEHOLDER_ROLE, "ferry config set sagemaker.role ROLE_ARN", _ROLE_STAND_IN
         )
         chosen = _target(plan, option, role)
-        digest = mark("<CODE_SHA256>", "the hash of the code snapshot taken at submit", "0")
-        wheel_hash = mark("<WHEEL_HASH>", "the hash of Ferry's wheel, uploaded at submit", "0")
-        nonce_mark = mark("<NONCE>", "6 random hex digits, one per attempt", "0")
+        job_id = "<JOB_ID>" if "<JOB_ID>" in outputs else "job"
+        digest = marks.mark("<CODE_SHA256>", "the hash of the code snapshot taken at submit", "0")
+        wheel_hash = marks.mark(
+            "<WHEEL_HASH>", "the hash of Ferry's wheel, uploaded at submit", "0"
+        )
+        nonce_mark = marks.mark("<NONCE>", "6 random hex digits, one per attempt", "0")
         name = f"{job_id}-1-{nonce_mark}"
         body = request.training_job(
             name=name,
@@ -453,7 +293,7 @@ class SageMakerBackend(Backend):
             attempt=1,
             hyperparameters=_hyperparameters(plan),
             metrics=dict(plan.metrics),
-            inputs=_channel_inputs(plan),
+            inputs=_channels(plan, chosen.target.region, offline=True),
             target=chosen.target,
             run_folder=f"{root}/.ferry/runs/{name}",
             code=f"{root}/.ferry/code/{digest}.tar.gz",
@@ -463,7 +303,23 @@ class SageMakerBackend(Backend):
             timeout=provider_timeout(plan, self.stop_grace_of(plan)),
             max_pending=_max_pending(plan),
         )
-        request.validate(body, stand_ins)
+        return body, chosen
+
+    def dry_run(self, spec: JobSpec) -> dict[str, Any]:
+        """The ``CreateTrainingJob`` request the first attempt of ``spec`` would send, with
+        placeholders for what is known only at submit (the job's id, the code's hash) or
+        from settings that are not set (the role, the bucket). No network: the region is
+        ``sagemaker.region`` (or ``AWS_REGION``) here, the bucket's at launch."""
+        from ferry.backends import sagemaker_request as request
+
+        self.check_features(spec)
+        marks = Placeholders()
+        outputs = marks.outputs(
+            spec.outputs or f"{config.default_outputs_root()}/{{job_id}}", "s3"
+        )[0]
+        self._check(spec, outputs=outputs, offline=True)
+        body, chosen = self._request(spec, outputs, marks, offline=True)
+        request.validate(body, marks.stand_ins)
         where = chosen.target.region
         endpoint = str(
             config.get("sagemaker.endpoint") or f"https://api.sagemaker.{where}.amazonaws.com"
@@ -474,35 +330,24 @@ class SageMakerBackend(Backend):
             "body": body,
             "aws": request.aws_command(body, where),
         }
-        if chosen.note:
-            shown["note"] = chosen.note
-        shown["placeholders"] = placeholders
+        notes = [chosen.note] if chosen.note else []
+        if any(not str(i.get("uri", "")).endswith("/") for i in spec.to_json()["inputs"].values()):
+            notes.append(
+                "an s3:// input without a trailing / is looked at when the job is launched: "
+                "a folder becomes a channel, a single object is copied by Ferry's runner"
+            )
+        if notes:
+            shown["note"] = " ".join(notes)
+        shown["placeholders"] = marks.listed
         return shown
 
-    def stop_grace_of(self, plan: Plan) -> float:
-        given = plan.limits.stop_grace
-        return given if given is not None else _GRACE
-
-    def default_grace(self) -> float:
-        return _GRACE
-
-    def price(self, job: Job) -> float:
-        try:
-            return choose(_in_region(job.plan, _job_region(job)), self.name).price
-        except DoesNotFit:
-            return 0.0
-
-    def offering(self, job: Job) -> str:
-        try:
-            return choose(_in_region(job.plan, _job_region(job)), self.name).describe()
-        except DoesNotFit:
-            return "sagemaker"
+    def placed(self, plan: Plan, outputs: str | None) -> Plan:
+        return _in_region(plan, _region_of(plan, outputs or "", offline=False))
 
     def launch(self, request: LaunchRequest) -> RunningAttempt:
         from ferry.backends import sagemaker_request
         from ferry.backends.cloud import run_folder
         from ferry.packaging.bundle import upload
-        from ferry.runner.record import STOPPED, _Place
 
         job = request.job
         role = config.get("sagemaker.role")
@@ -513,13 +358,14 @@ class SageMakerBackend(Backend):
                 "SageMaker may assume, with access to the bucket)",
             )
         root = bucket_root(job.outputs, "s3", self.name)
-        option = choose(_in_region(job.plan, _job_region(job)), self.name)
+        option = choose(self.placed(job.plan, job.outputs), self.name)
         chosen = _target(job.plan, option, str(role))
-        jobs = SageMakerJobs(chosen.target.region)  # (no SDK: before anything is uploaded)
+        where = chosen.target.region
+        jobs = SageMakerJobs(where)  # (no SDK: before anything is uploaded)
         bundle = upload(Path(job.job_dir) / "code", root, bootstrap=True)
         name = sagemaker_request.job_name(job.id, request.attempt, nonce())
         folder = run_folder(job.outputs, name)
-        inputs = _channel_inputs(job.plan)
+        inputs = _channels(job.plan, where, offline=False)
         body = sagemaker_request.training_job(
             name=name,
             job_id=job.id,
@@ -536,33 +382,15 @@ class SageMakerBackend(Backend):
             timeout=provider_timeout(job.plan, request.grace),
             max_pending=_max_pending(job.plan),
         )
-        said = [
-            f"code and Ferry's wheel: {bundle.sent} bytes sent"
-            if bundle.sent
-            else "code and Ferry's wheel unchanged: 0 bytes sent"
-        ]
+        said = [bundle_said(bundle)]
         if chosen.note:
             said.append(chosen.note)
         write_order(request, folder, _machine_changes(request, inputs))
-        try:
-            jobs.create(body)
-        except SageMakerError as exc:
-            forget_secrets(folder)
-            if not exc.quota:
-                raise
-            from ferry.catalog.optimizer import block
-
-            block(option, exc.message)
-            said.append(f"{option.describe()} passed over for now: {exc.message}")
-            return Refused(f"{option.describe()}: {exc.message}", said)
-        except BaseException:
-            # the job may have been made after all: its runner ends at once, unfollowed
-            with contextlib.suppress(FerryError):
-                _Place(folder).put(STOPPED, b"")
-            forget_secrets(folder)
-            raise
-        where = chosen.target.region
-        said.append(f"SageMaker training job {name}: {sagemaker_request.console_url(where, name)}")
+        made = self.send(lambda: jobs.create(body), folder, option, said)
+        if not isinstance(made, dict):
+            return made  # (refused for quota)
+        console = sagemaker_request.console_url(where, name)
+        said.append(f"SageMaker training job {name}: {console}")
         return SageMakerRun(
             job,
             name,
@@ -576,102 +404,58 @@ class SageMakerBackend(Backend):
             jobs,
         )
 
-    def reattach(
-        self, job: Job, attempt: int, handle: str | None, log_path: str, metrics_path: str
+    def follow(
+        self,
+        job: Job,
+        handle: str,
+        log_path: str,
+        metrics_path: str,
+        grace: float,
+        option: Option | None,
     ) -> SageMakerRun | None:
         region_name, name, folder = _parse_handle(handle)
         if not name or not folder:
             return None
-        option = None
-        with contextlib.suppress(DoesNotFit):  # (a refusal for capacity passes it over)
-            option = choose(_in_region(job.plan, region_name), self.name)
-        run = SageMakerRun(
-            job,
-            name,
-            folder,
-            region_name,
-            log_path,
-            metrics_path,
-            self.stop_grace(job),
-            option=option,
+        return SageMakerRun(
+            job, name, folder, region_name, log_path, metrics_path, grace, option=option
         )
-        run.go_on()
-        return run
 
-    def cancel(self, job: Job, attempt: int, handle: str | None) -> None:
-        """End the attempt from any process: the notice in its run folder, and the
-        provider's stop."""
-        from ferry.runner.record import STOPPED, _Place
-
-        region_name, name, folder = _parse_handle(handle)
-        if not name:
-            return
-        with contextlib.suppress(FerryError):
-            _Place(folder).put(STOPPED, b"")
-        with contextlib.suppress(FerryError):
+    def end_provider_job(self, handle: str) -> None:
+        region_name, name, _ = _parse_handle(handle)
+        if name:
             SageMakerJobs(region_name).stop(name)
-        forget_secrets(folder)
-
-    def outputs_sent(self, job: Job, attempt: int, handle: str | None) -> list[Any] | None:
-        from ferry.runner.machine import OUTPUTS
-        from ferry.runner.record import RunFolderReader
-
-        folder = _parse_handle(handle)[2]
-        if not folder:
-            return None
-        try:
-            data = RunFolderReader(folder).get(OUTPUTS)
-            found = json.loads(data) if data is not None else None
-        except (FerryError, ValueError):
-            return None
-        return found if isinstance(found, list) else None
 
 
-class _Chosen:
-    """The request's target, and what to say about the image."""
+def _region_of(plan: Plan, outputs: str, offline: bool) -> str | None:
+    """Where the job's training jobs run: its bucket's region (SageMaker reads channels
+    from its own region; asked of S3, unless ``offline``); else, when the spec names no
+    regions, ``sagemaker.region`` (None: the cheapest). Raises SpecError when the spec's
+    regions leave the bucket's out."""
+    from ferry.storage.locations import parse_uri
 
-    def __init__(self, target: Any, note: str) -> None:
-        self.target = target
-        self.note = note
+    found = None
+    if not offline and outputs.startswith("s3://"):
+        found = bucket_region(parse_uri(outputs).bucket)
+    regions = plan.resources.regions
+    if found is not None and regions and found not in regions:
+        raise SpecError(
+            f"the job's bucket is in {found}, which resources.regions leaves out (a SageMaker "
+            "job runs in its bucket's region)",
+            f"add {found} to resources.regions, or give outputs in a bucket of those regions",
+        )
+    if found is not None:
+        return found
+    return None if regions else region()
 
 
 def _in_region(plan: Plan, where: str | None) -> Plan:
-    """The plan, kept to ``where`` when that is known (and the spec names no region)."""
-    if not where or plan.resources.regions:
+    """The plan, kept to ``where`` when that is known."""
+    if not where:
         return plan
     return replace(plan, resources=replace(plan.resources, regions=(where,)))
 
 
-def _job_region(job: Job) -> str | None:
-    """Where the job's training jobs run: its bucket's region (SageMaker reads channels
-    from its own region), else ``sagemaker.region``."""
-    try:
-        root = bucket_root(job.outputs, "s3", "sagemaker")
-    except SpecError:
-        return region()
-    if root not in _bucket_regions:
-        _bucket_regions[root] = _bucket_region(root)
-    return _bucket_regions[root] or region()
-
-
-_bucket_regions: dict[str, str | None] = {}  # s3://bucket -> its region (asked once)
-
-
-def _bucket_region(root: str) -> str | None:
-    """The region of the bucket ``s3://NAME``, or None when it cannot be asked."""
-    with contextlib.suppress(Exception):
-        import boto3
-
-        from ferry.storage.locations import parse_uri
-
-        endpoint = config.get("storage.s3.endpoint_url")
-        s3 = boto3.client("s3", endpoint_url=str(endpoint) if endpoint else None)
-        found = s3.get_bucket_location(Bucket=parse_uri(root).bucket)
-        return str(found.get("LocationConstraint") or "us-east-1")
-    return None
-
-
-def _target(plan: Plan, option: Option, role: str) -> _Chosen:
+def _target(plan: Plan, option: Option, role: str) -> Chosen:
     """Where an attempt of ``plan`` runs on ``option``, and in which image."""
     from ferry.backends.sagemaker_names import sagemaker_type
     from ferry.backends.sagemaker_request import Target
@@ -700,7 +484,7 @@ def _target(plan: Plan, option: Option, role: str) -> _Chosen:
         subnets=subnets,
         security_groups=groups,
     )
-    return _Chosen(target, note)
+    return Chosen(target, note)
 
 
 def _words(value: Any) -> tuple[str, ...]:
@@ -713,15 +497,55 @@ def _hyperparameters(plan: Plan) -> dict[str, str]:
     return {k: hyperparameter_text(v) for k, v in plan.hyperparameters.items()}
 
 
-def _channel_inputs(plan: Plan) -> dict[str, tuple[str, str]]:
-    """The inputs SageMaker brings as channels: ``s3://`` data copied or mounted (a
-    streamed input is read from the bucket by the script itself)."""
+def _one_channel_each(names: list[str]) -> None:
+    """Refuse inputs whose channels would have one name (or Ferry's own)."""
+    from ferry.backends.sagemaker_request import CODE_CHANNEL, WHEEL_CHANNEL, channel_name
+
+    taken = {WHEEL_CHANNEL: "Ferry's wheel", CODE_CHANNEL: "the job's code"}
+    for name in names:
+        channel = channel_name(name)
+        if channel in taken:
+            raise SpecError(
+                f"input {name!r} would be SageMaker's channel {channel!r}, which "
+                f"{taken[channel]} has",
+                "rename the input",
+            )
+        taken[channel] = f"input {name!r}"
+
+
+def _channels(plan: Plan, where: str, offline: bool) -> dict[str, tuple[str, str]]:
+    """The inputs SageMaker brings as channels: folders of ``s3://`` data in the job's
+    region, copied or mounted. A single object (a prefix would take its neighbours too),
+    a bucket elsewhere and a streamed input are the runner's to bring. ``offline``: a URI
+    is a folder when it ends with ``/``; else S3 is asked."""
+    from ferry.storage.locations import parse_uri
+
     found: dict[str, tuple[str, str]] = {}
     for name, item in plan.inputs.items():
         uri, mode = str(item.get("uri", "")), str(item.get("mode") or "copy")
-        if uri.startswith("s3://") and mode in ("copy", "mount"):
-            found[name] = (uri, mode)
+        if not uri.startswith("s3://") or mode not in ("copy", "mount"):
+            continue
+        if offline:
+            if uri.endswith("/"):
+                found[name] = (uri, mode)
+            continue
+        if bucket_region(parse_uri(uri).bucket) != where:
+            continue
+        if uri.endswith("/") or _is_folder(uri):
+            found[name] = (uri.rstrip("/") + "/", mode)
     return found
+
+
+def _is_folder(uri: str) -> bool:
+    """Whether ``uri`` names a folder (a prefix with objects under it) rather than one
+    object; False when S3 cannot say (the runner brings it then)."""
+    from ferry.storage.locations import parse_uri
+    from ferry.storage.registry import filesystem
+
+    with contextlib.suppress(Exception):
+        place = parse_uri(uri)
+        return bool(filesystem(place.protocol).isdir(place.path))
+    return False
 
 
 def _machine_changes(request: LaunchRequest, inputs: dict[str, tuple[str, str]]) -> dict[str, Any]:

@@ -20,7 +20,7 @@ What each part of the spec becomes:
 - ``ResourceConfig``: the chosen instance type, the nodes, the volume;
 - ``StoppingCondition``: ``MaxRuntimeInSeconds`` always (``limits.max_runtime`` and the
   stop grace, or ``cloud.max_runtime``); for spot, ``MaxWaitTimeInSeconds`` adds the
-  time it may wait for capacity (``limits.max_pending``);
+  time it may wait for capacity (``limits.max_pending``, which Ferry itself enforces);
 - ``EnableManagedSpotTraining`` with a ``CheckpointConfig`` on the job's checkpoints;
 - ``HyperParameters`` as text, ``Environment`` (the spec's ``env``, never its secrets),
   ``RoleArn``, ``VpcConfig`` and ``Tags`` that carry the job's id and attempt.
@@ -42,7 +42,6 @@ CODE_CHANNEL = "ferry-code"  # the code archive
 BOOTSTRAP_NAME = "bootstrap.py"  # (ferry.packaging.bundle.BOOTSTRAP)
 CHECKPOINTS = "/opt/ml/checkpoints"  # SageMaker's checkpoint folder (CheckpointConfig)
 VOLUME_GB = 100  # the instance's storage volume, for the image, the data and the work
-MIN_PENDING = 1800  # MaxPendingTimeInSeconds may not be less
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"  # CloudWatch Logs: one stream per host
 _NAME_RE = re.compile(r"[^a-zA-Z0-9]+")
 
@@ -127,7 +126,6 @@ def training_job(
     stopping: dict[str, Any] = {"MaxRuntimeInSeconds": runtime}
     if target.spot:
         stopping["MaxWaitTimeInSeconds"] = runtime + max(1, int(max_pending))
-    stopping["MaxPendingTimeInSeconds"] = max(MIN_PENDING, int(max_pending))
     algorithm: dict[str, Any] = {
         "TrainingImage": target.image,
         "TrainingInputMode": "File",
@@ -202,8 +200,20 @@ _JAVA_CLASSES = {r"\p{L}": r"\w", r"\p{Z}": r"\s", r"\p{N}": r"\d", r"\p{Alnum}"
 
 def validate(body: dict[str, Any], stand_ins: dict[str, str] | None = None) -> None:
     """Check ``body`` against ``CreateTrainingJob`` in botocore's model: raises FerryError
-    naming the first field the API would refuse. ``stand_ins`` replace placeholders (a
-    dry run's ``<ROLE_ARN>``) with values of the right form before the check."""
+    naming the first field the API would refuse (see :func:`problems`)."""
+    found = problems(body, stand_ins)
+    if found:
+        raise FerryError(
+            f"Ferry made a CreateTrainingJob request that SageMaker would refuse: {found[0]}",
+            "report it with the output of --dry-run",
+        )
+
+
+def problems(body: dict[str, Any], stand_ins: dict[str, str] | None = None) -> list[str]:
+    """What SageMaker would refuse in ``body``, by botocore's model: what botocore checks
+    (required and unknown fields, types), then what the model states and botocore leaves
+    to the server (enums, lengths, counts, patterns). ``stand_ins`` replace placeholders
+    (a dry run's ``<ROLE_ARN>``) with values of the right form first."""
     try:
         from botocore.validate import ParamValidator
     except ImportError:
@@ -220,13 +230,8 @@ def validate(body: dict[str, Any], stand_ins: dict[str, str] | None = None) -> N
         body = json.loads(text)
     shape = _input_shape()
     report = ParamValidator().validate(body, shape)
-    problems = [report.generate_report()] if report.has_errors() else []
-    problems += _limits(body, shape, "")
-    if problems:
-        raise FerryError(
-            f"Ferry made a CreateTrainingJob request that SageMaker would refuse: {problems[0]}",
-            "report it with the output of --dry-run",
-        )
+    found = [report.generate_report()] if report.has_errors() else []
+    return found + _limits(body, shape, "")
 
 
 def _input_shape() -> Any:

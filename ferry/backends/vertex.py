@@ -22,27 +22,31 @@ A create refused for quota (HTTP 429) passes that offering over at once.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ferry import config
-from ferry.backends.base import Backend, LaunchRequest, RunningAttempt
+from ferry.backends.base import LaunchRequest, RunningAttempt
 from ferry.backends.cloud import (
     CloudRun,
-    Refused,
     Seen,
     bucket_root,
     choose,
     env_for,
-    forget_secrets,
     nonce,
     provider_timeout,
     write_order,
 )
-from ferry.errors import DoesNotFit, FerryError, SpecError, Unsupported
+from ferry.backends.cloud_backend import (
+    Chosen,
+    CloudBackend,
+    Placeholders,
+    ProviderError,
+    bundle_said,
+)
+from ferry.errors import FerryError, SpecError, Unsupported
 from ferry.store.records import Job
 
 if TYPE_CHECKING:
@@ -229,7 +233,7 @@ def _as_json(message: Any) -> dict[str, Any]:
     return data
 
 
-class VertexError(FerryError):
+class VertexError(ProviderError):
     """Vertex AI refused a call; its message verbatim, with the fix when one is known."""
 
     def __init__(self, what: str, exc: Any) -> None:
@@ -329,11 +333,11 @@ def _region_of(name: str) -> str:
     return parts[3] if len(parts) > 3 else ""
 
 
-class VertexBackend(Backend):
+class VertexBackend(CloudBackend):
     """Attempts run as Vertex AI custom jobs in the provider's prebuilt containers."""
 
     name = "vertex"
-    runs_here = False
+    spot_notice = _GRACE
     features = frozenset(
         {
             "inputs.remote",
@@ -368,7 +372,7 @@ class VertexBackend(Backend):
                 "see the machines it has: ferry catalog ls --provider gcp",
             )
         plan = Plan.of(spec.to_json())
-        option = choose(_in_region(plan), self.name)
+        option = choose(self.placed(plan, outputs), self.name)
         _target(plan, option, project() or PLACEHOLDER_PROJECT)  # (the image: refused early)
 
     def dry_run(self, spec: JobSpec) -> dict[str, Any]:
@@ -380,34 +384,22 @@ class VertexBackend(Backend):
         from ferry.store.plan import Plan
 
         self.check_features(spec)
-        placeholders: list[dict[str, str]] = []
-
-        def mark(name: str, filled_by: str) -> str:
-            placeholders.append({"placeholder": name, "filled_by": filled_by})
-            return name
-
-        outputs = spec.outputs or f"{config.default_outputs_root()}/{{job_id}}"
-        if not outputs.startswith("gs://"):
-            bucket = mark(
-                "<BUCKET>",
-                "outputs: gs://BUCKET/runs/{job_id} in the spec, or: ferry config set "
-                "outputs_root gs://BUCKET/runs",
-            )
-            outputs = f"gs://{bucket}/runs/{{job_id}}"
-        job_id = mark("<JOB_ID>", "the job's id, given when it is submitted")
-        outputs = outputs.replace("{job_id}", job_id)
+        marks = Placeholders()
+        outputs, job_id = marks.outputs(
+            spec.outputs or f"{config.default_outputs_root()}/{{job_id}}", "gs"
+        )
         root = bucket_root(outputs, "gs", self.name)
         plan = Plan.of(spec.to_json())
         self._check(spec, outputs=outputs)
-        option = choose(_in_region(plan), self.name)
-        chosen = project() or mark(
+        option = choose(self.placed(plan, outputs), self.name)
+        chosen = project() or marks.mark(
             PLACEHOLDER_PROJECT,
             "ferry config set vertex.project PROJECT (or set GOOGLE_CLOUD_PROJECT)",
         )
         target = _target(plan, option, chosen)
-        digest = mark("<CODE_SHA256>", "the hash of the code snapshot taken at submit")
-        wheel_hash = mark("<WHEEL_HASH>", "the hash of Ferry's wheel, uploaded at submit")
-        nonce_mark = mark("<NONCE>", "6 random hex digits, one per attempt")
+        digest = marks.mark("<CODE_SHA256>", "the hash of the code snapshot taken at submit")
+        wheel_hash = marks.mark("<WHEEL_HASH>", "the hash of Ferry's wheel, uploaded at submit")
+        nonce_mark = marks.mark("<NONCE>", "6 random hex digits, one per attempt")
         display = f"{job_id}-1-{nonce_mark}"
         body = vertex_request.custom_job(
             job_id=job_id,
@@ -437,36 +429,16 @@ class VertexBackend(Backend):
         }
         if target.note:
             shown["note"] = target.note
-        shown["placeholders"] = placeholders
+        shown["placeholders"] = marks.listed
         return shown
-
-    def stop_grace_of(self, plan: Plan) -> float:
-        given = plan.limits.stop_grace
-        return given if given is not None else _GRACE
-
-    def default_grace(self) -> float:
-        return _GRACE
-
-    def price(self, job: Job) -> float:
-        try:
-            return choose(_in_region(job.plan), self.name).price
-        except DoesNotFit:
-            return 0.0
-
-    def offering(self, job: Job) -> str:
-        try:
-            return choose(_in_region(job.plan), self.name).describe()
-        except DoesNotFit:
-            return "vertex"
 
     def launch(self, request: LaunchRequest) -> RunningAttempt:
         from ferry.backends import vertex_request
         from ferry.backends.cloud import run_folder
         from ferry.packaging.bundle import upload
-        from ferry.runner.record import STOPPED, _Place
 
         job = request.job
-        option = choose(_in_region(job.plan), self.name)
+        option = choose(self.placed(job.plan, job.outputs), self.name)
         chosen = project()
         if chosen is None:
             raise SpecError(
@@ -493,32 +465,14 @@ class VertexBackend(Backend):
             timeout=provider_timeout(job.plan, request.grace),
         )
         body["labels"][RUN_LABEL] = vertex_request.label(display)
-        said = [
-            f"code and Ferry's wheel: {bundle.sent} bytes sent"
-            if bundle.sent
-            else "code and Ferry's wheel unchanged: 0 bytes sent"
-        ]
+        said = [bundle_said(bundle)]
         if target.note:
             said.append(target.note)
         parent = vertex_request.parent(chosen, region)
         write_order(request, folder)
-        try:
-            made = jobs.create(parent, body)
-        except VertexError as exc:
-            forget_secrets(folder)
-            if not exc.quota:
-                raise
-            from ferry.catalog.optimizer import block
-
-            block(option, exc.message)
-            said.append(f"{option.describe()} passed over for now: {exc.message}")
-            return Refused(f"{option.describe()}: {exc.message}", said)
-        except BaseException:
-            # the job may have been made after all: its runner ends at once, unfollowed
-            with contextlib.suppress(FerryError):
-                _Place(folder).put(STOPPED, b"")
-            forget_secrets(folder)
-            raise
+        made = self.send(lambda: jobs.create(parent, body), folder, option, said)
+        if not isinstance(made, dict):
+            return made  # (refused for quota)
         name = str(made["name"])
         said.append(f"Vertex AI custom job {name}: {vertex_request.console_url(name)}")
         return VertexRun(
@@ -533,56 +487,27 @@ class VertexBackend(Backend):
             jobs,
         )
 
-    def reattach(
-        self, job: Job, attempt: int, handle: str | None, log_path: str, metrics_path: str
+    def placed(self, plan: Plan, outputs: str | None) -> Plan:
+        return _in_region(plan)
+
+    def follow(
+        self,
+        job: Job,
+        handle: str,
+        log_path: str,
+        metrics_path: str,
+        grace: float,
+        option: Option | None,
     ) -> VertexRun | None:
         name, folder = _parse_handle(handle)
         if not name or not folder:
             return None
-        option = None
-        with contextlib.suppress(DoesNotFit):  # (a refusal for capacity passes it over)
-            option = choose(_in_region(job.plan), self.name)
-        run = VertexRun(
-            job, name, folder, log_path, metrics_path, self.stop_grace(job), option=option
-        )
-        run.go_on()
-        return run
+        return VertexRun(job, name, folder, log_path, metrics_path, grace, option=option)
 
-    def cancel(self, job: Job, attempt: int, handle: str | None) -> None:
-        """End the attempt from any process: the notice in its run folder, and the
-        provider's cancel."""
-        from ferry.runner.record import STOPPED, _Place
-
-        name, folder = _parse_handle(handle)
-        if not name:
-            return
-        with contextlib.suppress(FerryError):
-            _Place(folder).put(STOPPED, b"")
-        with contextlib.suppress(FerryError):
+    def end_provider_job(self, handle: str) -> None:
+        name = _parse_handle(handle)[0]
+        if name:
             VertexJobs(_region_of(name)).cancel(name)
-        forget_secrets(folder)
-
-    def outputs_sent(self, job: Job, attempt: int, handle: str | None) -> list[Any] | None:
-        from ferry.runner.machine import OUTPUTS
-        from ferry.runner.record import RunFolderReader
-
-        folder = _parse_handle(handle)[1]
-        if not folder:
-            return None
-        try:
-            data = RunFolderReader(folder).get(OUTPUTS)
-            found = json.loads(data) if data is not None else None
-        except (FerryError, ValueError):
-            return None
-        return found if isinstance(found, list) else None
-
-
-class _Chosen:
-    """The request's target, and what to say about the image."""
-
-    def __init__(self, target: Any, note: str) -> None:
-        self.target = target
-        self.note = note
 
 
 def _in_region(plan: Plan) -> Plan:
@@ -595,7 +520,7 @@ def _in_region(plan: Plan) -> Plan:
     return replace(plan, resources=replace(plan.resources, regions=(str(region),)))
 
 
-def _target(plan: Plan, option: Option, project_id: str) -> _Chosen:
+def _target(plan: Plan, option: Option, project_id: str) -> Chosen:
     """Where an attempt of ``plan`` runs on ``option``, and in which image."""
     from ferry.accelerator_names import VertexMachine, backend_name
     from ferry.accelerators import parse_accelerator
@@ -628,4 +553,4 @@ def _target(plan: Plan, option: Option, project_id: str) -> _Chosen:
         service_account=config.get("vertex.service_account"),
         network=config.get("vertex.network"),
     )
-    return _Chosen(target, note)
+    return Chosen(target, note)

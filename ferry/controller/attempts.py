@@ -375,14 +375,10 @@ def _run_attempts(
             plan.preempt_every,
             cap,
         )
-        if attempt.price:  # what it cost, as it ended (a free one stays at 0)
-            billed = ended_as.billed_seconds
-            cost = (
-                attempt.price * billed / 3600  # the provider's billable time
-                if billed is not None
-                else attempt.cost_at(_ended_at(running))
-            )
-            store.update_attempt(job_id, attempt.number, cost=cost)
+        if ended_as.billed is not None:  # what the provider billed, as it said
+            store.update_attempt(job_id, attempt.number, cost=ended_as.billed, billed=True)
+        elif attempt.price:  # what it cost, as it ended (a free one stays at 0)
+            store.update_attempt(job_id, attempt.number, cost=attempt.cost_at(_ended_at(running)))
         observer.finish()  # what the script reported last
         if here:  # (a runner elsewhere did these itself)
             _after_here(store, job_id, state, sync, hypertune)

@@ -37,6 +37,9 @@ class RunOrder:
     master_port: int = 0  # 0: a free port of this machine, chosen by the runner
     gpus: list[int] = field(default_factory=list)  # this node's GPUs the attempt holds
     durable: bool = True  # sync state.json to disk at each write (a local folder only)
+    # the job's output also to the runner's own stdout: on a cloud machine, the provider's
+    # log (CloudWatch, Cloud Logging), where its console shows it and reads its metrics
+    echo: bool = False
     # the job as another machine needs it (runner/machine.py); None: the controller's own
     # machine, which did it already
     machine: dict[str, Any] | None = None

@@ -176,7 +176,16 @@ def _log_writer(order: RunOrder, record: RunFolderWriter) -> tuple[Callable[[byt
     if order.log_file:
         fd = os.open(order.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         return lambda data: _write_all(fd, data), fd
+    if order.echo:
+        return lambda data: _echoed(record, data), -1
     return lambda data: record.write("log", data), -1
+
+
+def _echoed(record: RunFolderWriter, data: bytes) -> None:
+    """The job's output to the run folder's log and to this process's stdout."""
+    record.write("log", data)
+    with contextlib.suppress(OSError):  # (a closed stdout costs the provider's copy only)
+        _write_all(1, data)
 
 
 def _write_all(fd: int, data: bytes) -> None:

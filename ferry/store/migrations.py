@@ -96,6 +96,11 @@ MIGRATIONS: list[str] = [
         AND events.message LIKE 'supervisor lost_ resuming in a new attempt%'
     );
     """,
+    # 5: an attempt's cost as its provider billed it (SageMaker's billable seconds), which
+    # stands as it is rather than as the price over the time it ran
+    """
+    ALTER TABLE attempts ADD COLUMN billed INTEGER NOT NULL DEFAULT 0;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

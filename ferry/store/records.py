@@ -91,18 +91,18 @@ class Attempt:
     cost: float = 0.0  # USD accrued so far (kept up to date while it runs)
     price: float = 0.0  # USD per hour, as recorded at launch (spot price for spot)
     offering: str | None = None  # what it ran on: "local", "gcp us-central1 a2-highgpu-1g spot"
+    billed: bool = False  # ``cost`` is what the provider billed (it stands as it is)
 
     def cost_at(self, now: float) -> float:
         """USD spent by ``now``: the price over the time it ran (or has run so far)."""
         end = self.ended_at if self.ended_at is not None else now
-        return accrued(self.cost, self.price, self.started_at, end, self.ended_at is not None)
+        return accrued(self.cost, self.price, self.started_at, end, self.billed)
 
 
-def accrued(recorded: float, price: float, started: float, ended: float, over: bool) -> float:
-    """An attempt's cost. One that is ``over`` costs what was recorded as it ended (the
-    provider's bill, or its price over the time it ran); one still running, its price over
-    the time so far, or what was recorded if more."""
-    if over and recorded > 0:
+def accrued(recorded: float, price: float, started: float, ended: float, billed: bool) -> float:
+    """An attempt's cost: what its provider billed, when it said (``billed``); else its
+    price (USD per hour) over the time it ran, or what was recorded for it if more."""
+    if billed:
         return recorded
     return max(recorded, price * max(0.0, ended - started) / 3600)
 

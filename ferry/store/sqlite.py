@@ -40,7 +40,7 @@ _JOB_COLUMNS = (
 )
 _ATTEMPT_COLUMNS = (
     "job_id, number, status, backend, host, log_path, started_at, handle, ended_at, "
-    "exit_code, reason, cost, price, offering"
+    "exit_code, reason, cost, price, offering, billed"
 )
 _JOB_FIELDS = frozenset(
     {
@@ -60,7 +60,18 @@ _JOB_FIELDS = frozenset(
     }
 )
 _ATTEMPT_FIELDS = frozenset(
-    {"status", "handle", "ended_at", "exit_code", "reason", "cost", "host", "price", "offering"}
+    {
+        "status",
+        "handle",
+        "ended_at",
+        "exit_code",
+        "reason",
+        "cost",
+        "host",
+        "price",
+        "offering",
+        "billed",
+    }
 )
 # Every open store, so that their connections can be closed before this process forks:
 # SQLite's per-process file state must not be inherited by a child (https://sqlite.org/howtocorrupt.html#fork).
@@ -118,6 +129,7 @@ def _attempt(row: tuple[Any, ...]) -> Attempt:
         cost=row[11],
         price=row[12],
         offering=row[13],
+        billed=bool(row[14]),
     )
 
 
@@ -582,7 +594,8 @@ class SQLiteStore(Store):
         until = now if until is None else until
         rows = self._read(
             "SELECT a.job_id, j.name, a.number, a.backend, j.spec, a.offering, a.price,"
-            " a.started_at, a.ended_at, a.cost FROM attempts a JOIN jobs j ON j.id = a.job_id"
+            " a.started_at, a.ended_at, a.cost, a.billed FROM attempts a JOIN jobs j"
+            " ON j.id = a.job_id"
             " WHERE COALESCE(a.ended_at, ?) > ? AND a.started_at < ? ORDER BY a.started_at",
             (now, since, until),
         )
@@ -590,7 +603,7 @@ class SQLiteStore(Store):
         for row in rows:
             accelerator = (json.loads(row[4]).get("resources") or {}).get("accelerator")
             start, end = row[7], row[8] if row[8] is not None else now
-            whole = accrued(row[9], row[6], start, end, row[8] is not None)
+            whole = accrued(row[9], row[6], start, end, bool(row[10]))
             inside = max(0.0, min(end, until) - max(start, since))
             cost = whole * inside / (end - start) if end > start else whole
             out.append(

@@ -154,9 +154,10 @@ def on_sagemaker(
         ("AWS_ENDPOINT_URL_CLOUDWATCH_LOGS", s3_endpoint),
     ):
         monkeypatch.setenv(key, value)
-    s3 = boto3.client("s3", endpoint_url=s3_endpoint)
+    # the bucket is in eu-west-1, this machine's AWS region us-east-1: jobs go to the bucket
+    s3 = boto3.client("s3", endpoint_url=s3_endpoint, region_name="eu-west-1")
     bucket = f"sm-{os.urandom(4).hex()}"
-    s3.create_bucket(Bucket=bucket)
+    s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": "eu-west-1"})
     for key, value in (
         ("sagemaker.endpoint", sagemaker_server.endpoint),
         ("sagemaker.role", "arn:aws:iam::123456789012:role/ferry-tests"),

@@ -15,19 +15,24 @@ protocol: ``POST /`` with ``X-Amz-Target: SageMaker.<Operation>``):
   brought, InProgress/Training while the container runs, then Completed on exit 0, else
   Failed with SageMaker's words (``AlgorithmError: <the failure file>, exit code: N``).
   A stop is Stopping (SIGTERM to the container, SIGKILL after ``grace``), then
-  Stopped/Stopped; a job stopped before its container started is Stopped at once.
-  ``BillableTimeInSeconds`` is the container's whole seconds.
+  Stopped/Stopped; a job stopped before its container started is Stopped at once; a stop
+  of a job that is Stopping or has ended is a ValidationException ("… is in status …").
+  ``BillableTimeInSeconds`` is the container's whole seconds (half of them for managed
+  spot, which bills fewer seconds than it trained).
 - **Scripted failures** (``script``, taken by the next create): ``quota`` answers the
   create with ResourceLimitExceeded and the words of an account-level limit;
   ``capacity`` fails the job before its container starts with ``CapacityError: Unable
   to provision requested ML compute capacity``; ``lost-answer`` makes the job but
-  answers the create with an InternalFailure (HTTP 500), as when an answer is lost;
+  answers the create with an InternalFailure (HTTP 500), as when an answer is lost (the
+  client's retry then hears ResourceInUse); ``lost-answers`` answers every create of that
+  name so, as when the service keeps failing;
   ``pending`` leaves the job Starting until it is stopped; ``broken-wheel`` spoils the
   wheel a channel brought, so that the install in the container fails.
 - **Spot interruption** (:meth:`SageMakerServer.interrupt`): SIGTERM to the container,
   SIGKILL after ``grace``, then InProgress/Interrupted, as SageMaker reports a managed
-  spot job whose instance was taken back (it would start it again later; this server
-  leaves it Interrupted until it is stopped).
+  spot job whose instance was taken back; with ``restart_after``, SageMaker's own restart
+  follows (Starting, Downloading, Training: the same container again on a fresh
+  instance), else it stays Interrupted until it is stopped.
 
 **The provider double** runs what the request says, as SageMaker would on a fresh
 instance of the training image: in a fresh folder it builds the instance's ``/opt/ml``
@@ -46,6 +51,7 @@ once it has ended.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -82,6 +88,9 @@ class Job:
     log: Path | None = None
     stopping: bool = False
     interrupted: bool = False
+    restart_after: float | None = None  # s after an interruption before it starts again
+    runs: int = 0  # containers started
+    lost_answers: bool = False  # every create of its name answered with a server error
 
     def answer(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -107,7 +116,10 @@ class Job:
             if self.started:
                 seconds = max(1, int(self.ended - self.started))
                 out["TrainingTimeInSeconds"] = seconds
-                out["BillableTimeInSeconds"] = seconds
+                # managed spot bills fewer seconds than it trained (at the on-demand
+                # price): here, half
+                spot = self.body.get("EnableManagedSpotTraining")
+                out["BillableTimeInSeconds"] = max(1, seconds // 2) if spot else seconds
         return out
 
 
@@ -193,6 +205,8 @@ class SageMakerServer:
                 "use AWS Service Quotas to request an increase for this quota.",
             )
         with self._lock:
+            if name in self.jobs and self.jobs[name].lost_answers:
+                return 500, _error("InternalFailure", "We encountered an internal error.")
             if name in self.jobs:
                 return 400, _error(
                     "ResourceInUse",
@@ -200,9 +214,10 @@ class SageMakerServer:
                     f"and region, and a training job with this name already exists ({name})",
                 )
             job = self.jobs[name] = Job(name, params, region)
+            job.lost_answers = behaviour == "lost-answers"
             self._transition(job, "Starting", "Preparing the instances for training")
         threading.Thread(target=self._life, args=(job, behaviour), daemon=True).start()
-        if behaviour == "lost-answer":
+        if behaviour in ("lost-answer", "lost-answers"):
             return 500, _error("InternalFailure", "We encountered an internal error.")
         return 200, {"TrainingJobArn": job.answer()["TrainingJobArn"]}
 
@@ -218,7 +233,7 @@ class SageMakerServer:
         if job is None:
             return 400, _error("ValidationException", "Requested resource not found.")
         with self._lock:
-            if job.status in _ENDED:
+            if job.status in _ENDED or job.status == "Stopping":
                 return 400, _error(
                     "ValidationException",
                     f"The request was rejected because the training job is in status {job.status}.",
@@ -231,10 +246,12 @@ class SageMakerServer:
         self._signal(job)
         return 200, {}
 
-    def interrupt(self, name: str) -> None:
-        """The spot instance of ``name`` is taken back."""
+    def interrupt(self, name: str, restart_after: float | None = None) -> None:
+        """The spot instance of ``name`` is taken back (and, ``restart_after`` seconds
+        later, SageMaker starts the job again)."""
         job = self.jobs[name]
         job.interrupted = True
+        job.restart_after = restart_after
         self._signal(job)
 
     def _signal(self, job: Job) -> None:
@@ -279,17 +296,20 @@ class SageMakerServer:
         if job.status in _ENDED:  # (stopped before its container started)
             return
         failure = ""
-        opt_ml = self.root / f"vm-{job.name}" / "opt_ml"
+        opt_ml = self.root / f"vm-{job.name}-{job.runs}" / "opt_ml"
         with_failure = opt_ml / "output" / "failure"
         if with_failure.is_file():
             failure = with_failure.read_text(errors="replace").strip()
         with self._lock:
             if job.interrupted:
-                job.secondary = "Interrupted"
                 self._transition(job, "Interrupted", "Training job interrupted (spot)")
                 job.proc = None
+                job.interrupted = False
                 if job.stopping:
                     self._finish(job, "Stopped", "Stopped", "")
+                elif job.restart_after is not None:
+                    delay, job.restart_after = job.restart_after, None
+                    threading.Timer(delay, self._restart, args=(job,)).start()
             elif job.stopping:
                 self._finish(job, "Stopped", "Stopped", "")
             elif code == 0:
@@ -299,12 +319,21 @@ class SageMakerServer:
                     job, "Failed", "Failed", f"AlgorithmError: {failure}, exit code: {code}"
                 )
 
+    def _restart(self, job: Job) -> None:
+        """SageMaker's own restart of an interrupted spot job: the same container again."""
+        with self._lock:
+            if job.status in _ENDED or job.stopping:
+                return
+            self._transition(job, "Starting", "Restarting the interrupted training job")
+        self._life(job, "run")
+
     def _run(self, job: Job, behaviour: str) -> int:
         """What the instance runs; returns the container's exit code."""
 
         from ferry.contract.container_paths import wrap
 
-        vm = self.root / f"vm-{job.name}"
+        job.runs += 1
+        vm = self.root / f"vm-{job.name}-{job.runs}"  # (a fresh instance each start)
         opt_ml = vm / "opt_ml"
         for sub in ("home", "tmp", "mnt"):
             (vm / sub).mkdir(parents=True)
@@ -409,11 +438,9 @@ class SageMakerServer:
         if job.log is None or not job.log.exists():
             return
         logs = self._client("logs", job.region)
-        try:
+        with contextlib.suppress(logs.exceptions.ResourceAlreadyExistsException):
             logs.create_log_group(logGroupName=LOG_GROUP)
-        except logs.exceptions.ResourceAlreadyExistsException:
-            pass
-        stream = f"{job.name}/algo-1-{int(job.created)}"
+        stream = f"{job.name}/algo-1-{int(job.created)}-{job.runs}"
         logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName=stream)
         lines = job.log.read_text(errors="replace").splitlines() or [""]
         now = int(time.time() * 1000)

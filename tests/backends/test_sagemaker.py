@@ -81,7 +81,8 @@ def test_a_job_runs_as_a_training_job_and_its_model_lands_in_the_bucket(
         f"s3://{bucket}/.ferry/runs/{name}",
         "/opt/ml/input/data/ferry-code",
     ]
-    assert algorithm["TrainingImage"].startswith("763104351884.dkr.ecr.us-east-1.amazonaws.com/")
+    # in the bucket's region, not this machine's (AWS_DEFAULT_REGION is us-east-1)
+    assert algorithm["TrainingImage"].startswith("763104351884.dkr.ecr.eu-west-1.amazonaws.com/")
     assert algorithm["MetricDefinitions"] == [{"Name": "loss", "Regex": "loss=([0-9.]+)"}]
     assert sent["ResourceConfig"]["InstanceType"] == "ml.m5.xlarge"
     assert sent["StoppingCondition"]["MaxRuntimeInSeconds"] == 3600 + 120 + 300
@@ -96,7 +97,7 @@ def test_a_job_runs_as_a_training_job_and_its_model_lands_in_the_bucket(
     assert runs and not any(o["Key"].endswith("secrets.json") for o in runs)
     events = _events(job_id)
     assert (
-        f"us-east-1.console.aws.amazon.com/sagemaker/home?region=us-east-1#/jobs/{name}" in events
+        f"eu-west-1.console.aws.amazon.com/sagemaker/home?region=eu-west-1#/jobs/{name}" in events
     )
     assert "provider: InProgress/Training" in events and "provider: Completed" in events
     # the cost is SageMaker's billable seconds at the offering's price
@@ -106,7 +107,7 @@ def test_a_job_runs_as_a_training_job_and_its_model_lands_in_the_bucket(
     # the request is one moto's SageMaker reads too, as sent
     import boto3
 
-    moto = boto3.client("sagemaker", endpoint_url=s3_endpoint, region_name="us-east-1")
+    moto = boto3.client("sagemaker", endpoint_url=s3_endpoint, region_name="eu-west-1")
     moto.create_training_job(**{**sent, "TrainingJobName": f"moto-{name}"[:63]})
     described = moto.describe_training_job(TrainingJobName=f"moto-{name}"[:63])
     assert described["AlgorithmSpecification"]["TrainingImage"] == algorithm["TrainingImage"]
@@ -126,6 +127,8 @@ def test_inputs_come_as_channels_and_hard_coded_paths_reach_the_outputs(
     server, s3, bucket = on_sagemaker["server"], on_sagemaker["s3"], on_sagemaker["bucket"]
     s3.put_object(Bucket=bucket, Key="data/train/numbers.txt", Body=b"1 2 3\n")
     s3.put_object(Bucket=bucket, Key="data/labels.csv", Body=b"a,b\n")
+    s3.put_object(Bucket=bucket, Key="data/train_old/stale.txt", Body=b"old\n")
+    s3.put_object(Bucket=bucket, Key="data/labels.csv.bak", Body=b"old\n")
     (project / "sm_script.py").write_text(
         "import os\nfrom pathlib import Path\n"
         "print('train', sorted(os.listdir(os.environ['FERRY_INPUT_TRAIN'])), flush=True)\n"
@@ -135,7 +138,7 @@ def test_inputs_come_as_channels_and_hard_coded_paths_reach_the_outputs(
     )
     (project / "job.yaml").write_text(
         "name: ch\ncommand: python sm_script.py\ninputs:\n"
-        f"  train: s3://{bucket}/data/train/\n  labels: s3://{bucket}/data/labels.csv\n"
+        f"  train: s3://{bucket}/data/train\n  labels: s3://{bucket}/data/labels.csv\n"
     )
     done = ferry("run", "--backend", "sagemaker", "job.yaml", cwd=project, timeout=180)
     assert done.returncode == 0, done.stderr
@@ -146,11 +149,12 @@ def test_inputs_come_as_channels_and_hard_coded_paths_reach_the_outputs(
         c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"]
         for c in server.requests[-1]["InputDataConfig"]
     }
+    # a folder is a channel (its prefix ends with /: data/train_old/ stays out); a single
+    # object is not (its prefix would take data/labels.csv.bak too): the runner copies it
     assert channels["train"] == f"s3://{bucket}/data/train/"
-    assert channels["labels"] == f"s3://{bucket}/data/labels.csv"
-    assert {"ferry-wheel", "ferry-code"} <= set(channels)
-    # SageMaker brought them: the runner did not copy them again
-    assert "input train:" not in _events(job_id)
+    assert "labels" not in channels and {"ferry-wheel", "ferry-code"} <= set(channels)
+    events = _events(job_id)
+    assert "input train:" not in events and "input labels: 1 files" in events
     # what the script wrote to the instance's own /opt/ml/model joined the outputs
     kept = s3.get_object(Bucket=bucket, Key=f"runs/{job_id}/model/hardcoded.txt")
     assert kept["Body"].read() == b"here"
@@ -233,7 +237,8 @@ def test_a_spot_interruption_resumes_from_the_checkpoint_in_a_new_training_job(
     job_id = submit("--backend", "sagemaker", "job.yaml", cwd=project)
     wait_for(lambda: _steps(job_id) >= 8, 120, "a few reported steps")
     first = _job_of(server, job_id)
-    server.interrupt(first.name)
+    # SageMaker restarts the job by itself soon after: the interruption is in its history
+    server.interrupt(first.name, restart_after=0.2)
     second = ("logs", job_id, "--attempt", "2")
     wait_for(lambda: "starting at" in ferry(*second).stdout, 120, "the second attempt")
     release.touch()
@@ -241,7 +246,7 @@ def test_a_spot_interruption_resumes_from_the_checkpoint_in_a_new_training_job(
     status = job_status(job_id)
     assert [a["status"] for a in status["attempts"]] == ["PREEMPTED", "SUCCEEDED"]
     assert "spot capacity taken back" in status["attempts"][0]["reason"]
-    assert first.status == "Stopped"  # Ferry stopped it: SageMaker does not restart it
+    assert first.status == "Stopped" and first.runs <= 2  # Ferry stopped it
     sent = first.body
     assert sent["EnableManagedSpotTraining"] is True
     assert sent["CheckpointConfig"] == {
@@ -281,7 +286,7 @@ def test_no_capacity_passes_the_offering_over_and_tries_the_next(
     assert "account-level service limit 'ml.m5" in attempts[1]["reason"]
     offerings = [a["offering"] for a in attempts]
     assert len(set(offerings)) == 3, offerings  # each refusal moved on to another offering
-    assert all("us-east-1" in o for o in offerings)  # (the bucket's region)
+    assert all("eu-west-1" in o for o in offerings)  # (the bucket's region)
 
 
 def test_a_job_made_by_a_create_whose_answer_was_lost_is_followed_not_orphaned(
@@ -296,6 +301,21 @@ def test_a_job_made_by_a_create_whose_answer_was_lost_is_followed_not_orphaned(
     job_id = ferry_json("jobs")[0]["id"]
     made = _jobs_of(server, job_id)
     assert len(made) == 1 and made[0].status == "Completed"  # one, and it is the one
+    assert len(job_status(job_id)["attempts"]) == 1
+
+
+def test_a_create_that_keeps_failing_is_looked_for_by_its_name(
+    on_sagemaker: dict[str, Any], project: Path
+) -> None:
+    server = on_sagemaker["server"]
+    server.script[:] = ["lost-answers"]  # (made, but every try answered with HTTP 500)
+    done = ferry(
+        "run", "--backend", "sagemaker", "--", "python", "train.py", cwd=project, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    job_id = ferry_json("jobs")[0]["id"]
+    made = _jobs_of(server, job_id)
+    assert len(made) == 1 and made[0].status == "Completed"
     assert len(job_status(job_id)["attempts"]) == 1
 
 
@@ -352,10 +372,35 @@ def test_the_request_is_checked_against_botocores_model(home: Path) -> None:
         ({"RoleArn": "role"}, "RoleArn"),
         ({"Environment": {f"K{i}": "v" for i in range(101)}}, "more than 100"),
         ({"StoppingCondition": {"MaxPendingTimeInSeconds": 10**7}}, "more than 2419200"),
+        ({"HyperParameters": {"k": "v" * 2501}}, "more than 2500"),
     ):
         with pytest.raises(FerryError, match="SageMaker would refuse") as refused:
             validate({**good, **change})
         assert words in refused.value.message, refused.value.message
+
+
+def test_what_sagemaker_would_refuse_is_refused_at_submit_naming_the_field(
+    on_sagemaker: dict[str, Any], project: Path
+) -> None:
+    long = "x" * 600
+    refused = ferry(
+        "run",
+        "--backend",
+        "sagemaker",
+        "--env",
+        f"BIG={long}",
+        "--",
+        "python",
+        "train.py",
+        cwd=project,
+    )
+    line = assert_one_line_error(refused, 2)
+    assert "SageMaker would refuse this job's request (the spec's env)" in line, line
+    (project / "job.yaml").write_text("command: python train.py\ninputs: {ferry-code: s3://b/x/}\n")
+    refused = ferry("run", "--backend", "sagemaker", "job.yaml", cwd=project)
+    line = assert_one_line_error(refused, 2)
+    assert "would be SageMaker's channel 'ferry-code'" in line, line
+    assert ferry_json("jobs") == []
 
 
 def test_outputs_outside_a_bucket_are_refused_at_submit(home: Path, project: Path) -> None:

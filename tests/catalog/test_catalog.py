@@ -257,12 +257,13 @@ def test_sagemaker_offers_its_training_instances_at_its_own_prices(home: Path) -
     assert m5 and m5[0].price == pytest.approx(0.23)
 
 
-def test_an_ended_attempt_costs_what_was_billed() -> None:
+def test_an_attempt_costs_what_its_provider_billed() -> None:
     from ferry.store.records import accrued
 
-    # the provider billed 60 s of a 10-minute attempt (spot): that is its cost
-    assert accrued(1.0 * 60 / 3600, 1.0, 0.0, 600.0, over=True) == pytest.approx(1 / 60)
-    # while it runs, the price over the time so far
-    assert accrued(0.0, 1.0, 0.0, 600.0, over=False) == pytest.approx(1 / 6)
-    # an ended attempt with nothing recorded: the price over the time it ran
-    assert accrued(0.0, 1.0, 0.0, 600.0, over=True) == pytest.approx(1 / 6)
+    # the provider billed 60 s of a 10-minute attempt (the rest was waiting for the
+    # instance): that is its cost, even when it is nothing
+    assert accrued(1.0 * 60 / 3600, 1.0, 0.0, 600.0, billed=True) == pytest.approx(1 / 60)
+    assert accrued(0.0, 1.0, 0.0, 600.0, billed=True) == 0.0
+    # otherwise the price over the time it ran (or what was recorded, if more)
+    assert accrued(0.0, 1.0, 0.0, 600.0, billed=False) == pytest.approx(1 / 6)
+    assert accrued(0.5, 1.0, 0.0, 600.0, billed=False) == pytest.approx(0.5)

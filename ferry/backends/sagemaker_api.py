@@ -1,0 +1,214 @@
+"""SageMaker's API as the sagemaker backend uses it, through boto3: training jobs
+(create, describe, stop) with SageMaker's errors as sentences with their fix, the tail of
+a job's CloudWatch log, and the region of a bucket (a job runs in its bucket's)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any
+
+from ferry import config
+from ferry.backends.cloud_backend import ProviderError
+from ferry.errors import FerryError
+
+_TAIL = 20  # lines of the provider's log said when its runner never started
+
+
+def region() -> str | None:
+    """The AWS region of SageMaker jobs, when one is set (setting, then AWS's variables)."""
+    given = config.get("sagemaker.region")
+    if given:
+        return str(given)
+    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
+
+
+def require_sdk() -> None:
+    """Raise BackendNotInstalled when boto3 is missing."""
+    import importlib.util
+
+    if importlib.util.find_spec("boto3") is None:
+        from ferry.errors import BackendNotInstalled
+
+        raise BackendNotInstalled(
+            "the sagemaker backend needs boto3, which is not installed",
+            "pip install 'ferry[sagemaker]'",
+        )
+
+
+class SageMakerJobs:
+    """SageMaker's API in one region (or at ``sagemaker.endpoint``), with its errors as
+    FerryErrors that carry SageMaker's own words; CloudWatch Logs beside it."""
+
+    def __init__(self, region_name: str) -> None:
+        require_sdk()
+        import boto3
+        from botocore.config import Config
+
+        self.region = region_name
+        endpoint = config.get("sagemaker.endpoint")
+        # (short: a poll must not hold up the process that follows; the next one asks again)
+        self._config = Config(
+            retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=10, read_timeout=30
+        )
+        try:
+            self.client = boto3.client(
+                "sagemaker",
+                region_name=region_name,
+                endpoint_url=str(endpoint) if endpoint else None,
+                config=self._config,
+            )
+        except Exception as exc:  # (botocore: no region, a bad endpoint)
+            raise FerryError(
+                f"SageMaker cannot be reached: {exc}", "check sagemaker.region and the AWS setup"
+            ) from None
+        self._logs: Any = None
+
+    def _call(self, what: str, call: Any) -> Any:
+        from botocore.exceptions import ClientError
+
+        try:
+            return call()
+        except ClientError as exc:
+            raise SageMakerError(what, exc) from None
+        except Exception as exc:  # (credentials, the network, a retry that ran out)
+            raise FerryError(f"SageMaker: {what} failed: {exc}", _credentials_hint(exc)) from None
+
+    def create(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Create the training job ``body``. A call whose answer was lost (a timeout, a
+        server error) may have made it: it is looked for by its name, which Ferry chose,
+        before the error is raised, so no job runs unseen."""
+        from botocore.exceptions import ClientError
+
+        from ferry.backends.sagemaker_request import validate
+
+        validate(body)
+        name = body["TrainingJobName"]
+        try:
+            self.client.create_training_job(**body)
+        except ClientError as exc:
+            error = SageMakerError("creating the training job", exc)
+            if error.code != "ResourceInUse":  # (in use: made by the lost first try)
+                status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
+                if status < 500:
+                    raise error from None
+                return self._made(name, error.message)
+        except Exception as exc:  # no answer: it may exist
+            return self._made(name, f"SageMaker: creating the training job failed: {exc}")
+        return self.describe(name)
+
+    def _made(self, name: str, failure: str) -> dict[str, Any]:
+        try:
+            return self.describe(name)
+        except SageMakerError as again:
+            if again.code == "ValidationException":  # ("Requested resource not found")
+                raise FerryError(failure, "check the network, and try again") from None
+            raise FerryError(
+                f"{failure}, and whether it was made could not be seen ({again.message})",
+                "look for it in the console; Ferry told its runner to stop at once",
+            ) from None
+
+    def describe(self, name: str) -> dict[str, Any]:
+        found: dict[str, Any] = self._call(
+            "reading the training job",
+            lambda: self.client.describe_training_job(TrainingJobName=name),
+        )
+        return found
+
+    def stop(self, name: str) -> None:
+        """End the job ``name``: nothing when it is ending or has ended."""
+        from botocore.exceptions import ClientError
+
+        try:
+            self.client.stop_training_job(TrainingJobName=name)
+        except ClientError as exc:
+            error = SageMakerError("stopping the training job", exc)
+            words = error.message.lower()
+            # ("The request was rejected because the training job is in status Stopping.")
+            if error.code == "ValidationException" and "in status" in words:
+                return
+            raise error from None
+        except Exception as exc:
+            raise FerryError(
+                f"SageMaker: stopping the training job failed: {exc}", _credentials_hint(exc)
+            ) from None
+
+    def log_tail(self, name: str, lines: int = _TAIL) -> list[str]:
+        """The last ``lines`` of the job's CloudWatch log streams (one per host), oldest
+        first; ``[]`` when there are none or they cannot be read."""
+        from ferry.backends.sagemaker_request import LOG_GROUP
+
+        with contextlib.suppress(Exception):
+            if self._logs is None:
+                import boto3
+
+                self._logs = boto3.client("logs", region_name=self.region, config=self._config)
+            streams = self._logs.describe_log_streams(
+                logGroupName=LOG_GROUP, logStreamNamePrefix=f"{name}/"
+            ).get("logStreams", [])
+            found: list[tuple[int, str]] = []
+            for stream in streams[:4]:
+                events = self._logs.get_log_events(
+                    logGroupName=LOG_GROUP,
+                    logStreamName=stream["logStreamName"],
+                    limit=lines,
+                    startFromHead=False,
+                ).get("events", [])
+                found += [(int(e.get("timestamp", 0)), str(e.get("message", ""))) for e in events]
+            return [message.rstrip("\n") for _, message in sorted(found)][-lines:]
+        return []
+
+
+def _credentials_hint(exc: Exception) -> str:
+    if type(exc).__name__ in ("NoCredentialsError", "PartialCredentialsError"):
+        return "set up AWS credentials: aws configure (or aws sso login)"
+    if type(exc).__name__ == "NoRegionError":
+        return "ferry config set sagemaker.region REGION"
+    return "check the AWS credentials (aws sts get-caller-identity) and the network"
+
+
+class SageMakerError(ProviderError):
+    """SageMaker refused a call; its message verbatim, with the fix when one is known."""
+
+    def __init__(self, what: str, exc: Any) -> None:
+        error = exc.response.get("Error", {}) if hasattr(exc, "response") else {}
+        self.code = str(error.get("Code") or "")
+        words = str(error.get("Message") or exc)
+        self.quota = self.code == "ResourceLimitExceeded"
+        hint = "check the request: ferry run JOB.yaml --backend sagemaker --dry-run"
+        if self.code in ("AccessDeniedException", "AccessDenied", "UnauthorizedOperation"):
+            hint = (
+                "give your AWS identity sagemaker:CreateTrainingJob, DescribeTrainingJob and "
+                "StopTrainingJob, and iam:PassRole on sagemaker.role"
+            )
+        elif self.code in ("UnrecognizedClientException", "InvalidSignatureException"):
+            hint = "check the AWS credentials: aws sts get-caller-identity"
+        elif self.quota:
+            hint = (
+                "ask for more quota: Service Quotas > Amazon SageMaker > '<instance type> for "
+                "training job usage' (or spot training job usage)"
+            )
+        elif "role" in words.lower() and self.code == "ValidationException":
+            hint = "check sagemaker.role: a role SageMaker may assume, with access to the bucket"
+        super().__init__(f"SageMaker: {what} failed: {words}", hint)
+
+
+def bucket_region(bucket: str) -> str | None:
+    """The region of the S3 bucket ``bucket``, asked once per process; None when it cannot
+    be asked now (asked again next time)."""
+    if bucket in _bucket_regions:
+        return _bucket_regions[bucket]
+    with contextlib.suppress(Exception):
+        import boto3
+
+        endpoint = config.get("storage.s3.endpoint_url")
+        s3 = boto3.client("s3", endpoint_url=str(endpoint) if endpoint else None)
+        found = s3.get_bucket_location(Bucket=bucket).get("LocationConstraint")
+        # (no constraint: us-east-1; "EU": the old name of eu-west-1)
+        where = {None: "us-east-1", "": "us-east-1", "EU": "eu-west-1"}.get(found, found)
+        _bucket_regions[bucket] = str(where)
+        return str(where)
+    return None
+
+
+_bucket_regions: dict[str, str] = {}  # bucket -> its region
