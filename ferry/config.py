@@ -265,7 +265,8 @@ SETTINGS: dict[str, Setting] = {
         _text,
         None,
         "Vertex AI API endpoint (default: REGION-aiplatform.googleapis.com; an http:// "
-        "endpoint is a local test server, reached without credentials)",
+        "endpoint is a local test server for every Google API the backend calls, reached "
+        "without credentials)",
     ),
     "sagemaker.role": Setting(
         _text,

@@ -20,6 +20,7 @@ from ferry.errors import Unsupported
 from ferry.store.records import Allocation, Job
 
 if TYPE_CHECKING:
+    from ferry.backends.preflight import Check
     from ferry.runner.record import RunFolderReader, RunState
     from ferry.spec import JobSpec
 
@@ -126,6 +127,13 @@ class Backend(abc.ABC):
         none to show), made without credentials, network or settings. Refuses what
         :meth:`check` refuses, but for values a placeholder stands for."""
         self.check(spec)
+        return None
+
+    def preflight(self, spec: JobSpec, trust: bool = True) -> list[Check] | None:
+        """What the provider's setup says of a job of ``spec`` before it is sent
+        (credentials, bucket, role, quota ...: :mod:`ferry.backends.preflight`); None for
+        a backend with nothing to check. ``trust``: a preflight that passed lately is not
+        made again (an empty list)."""
         return None
 
     def _check(self, spec: JobSpec) -> None:  # noqa: B027 - optional hook

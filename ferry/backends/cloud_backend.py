@@ -21,8 +21,10 @@ from ferry.backends.cloud import CloudRun, Refused, choose, forget_secrets
 from ferry.errors import DoesNotFit, FerryError
 
 if TYPE_CHECKING:
+    from ferry.backends.preflight import Check
     from ferry.catalog.optimizer import Option
     from ferry.packaging.bundle import Bundle
+    from ferry.spec import JobSpec
     from ferry.store.plan import Plan
     from ferry.store.records import Job
 
@@ -86,8 +88,9 @@ class CloudBackend(Backend):
     spot_notice: ClassVar[float] = 30.0  # s the provider gives a spot machine before its end
 
     @abc.abstractmethod
-    def placed(self, plan: Plan, outputs: str | None) -> Plan:
-        """``plan`` kept to where this backend runs a job whose outputs are ``outputs``."""
+    def placed(self, plan: Plan, outputs: str | None, offline: bool = False) -> Plan:
+        """``plan`` kept to where this backend runs a job whose outputs are ``outputs``
+        (``offline``: from the settings alone, as a dry run must)."""
 
     @abc.abstractmethod
     def follow(
@@ -105,6 +108,26 @@ class CloudBackend(Backend):
     @abc.abstractmethod
     def end_provider_job(self, handle: str) -> None:
         """Ask the provider to end the job of ``handle``. Raises FerryError."""
+
+    @abc.abstractmethod
+    def _preflight(self, plan: Plan, outputs: str) -> list[Check]:
+        """The provider's checks for a job of ``plan`` whose outputs are ``outputs``."""
+
+    def preflight(self, spec: JobSpec, trust: bool = True) -> list[Check]:
+        from ferry import config
+        from ferry.backends import preflight
+        from ferry.store.plan import Plan
+
+        plan = Plan.of(spec.to_json())
+        outputs = spec.outputs or f"{config.default_outputs_root()}/{{job_id}}"
+        outputs = outputs.replace("{job_id}", "check")
+        bucket = outputs.split("/")[2] if "://" in outputs else outputs
+        key = preflight.key_of(self.name, bucket, plan.resources)
+        if trust and preflight.trusted(key):
+            return []
+        checks = self._preflight(plan, outputs)
+        preflight.remember(key, checks)
+        return checks
 
     # -- shared --------------------------------------------------------------------------
 

@@ -46,11 +46,18 @@ from ferry.backends.cloud import (
     write_order,
 )
 from ferry.backends.cloud_backend import Chosen, CloudBackend, Placeholders, bundle_said
-from ferry.backends.sagemaker_api import SageMakerJobs, bucket_region, region, require_sdk
+from ferry.backends.sagemaker_api import (
+    SageMakerJobs,
+    bucket_region,
+    in_region,
+    region_of,
+    require_sdk,
+)
 from ferry.errors import SpecError, Unsupported
 from ferry.store.records import Job
 
 if TYPE_CHECKING:
+    from ferry.backends.preflight import Check
     from ferry.catalog.optimizer import Option
     from ferry.spec import JobSpec
     from ferry.store.plan import Plan
@@ -117,9 +124,9 @@ class SageMakerRun(CloudRun):
         secondary = str(data.get("SecondaryStatus") or "")
         state = f"{status}/{secondary}" if secondary else status
         reason = str(data.get("FailureReason") or "")
-        seen = {str(t.get("Status")) for t in data.get("SecondaryStatusTransitions") or []}
+        history = [str(t.get("Status")) for t in data.get("SecondaryStatusTransitions") or []]
         if status not in _ENDED:
-            if seen & _INTERRUPTED or secondary in _INTERRUPTED:  # (seen late, or restarted)
+            if set(history) & _INTERRUPTED:  # (now, or SageMaker restarted it since)
                 return self._interrupted(state, reason)
             phase = Seen.PENDING if secondary in _WAITING else Seen.RUNNING
             return Seen(phase, state, _latest(data))
@@ -130,14 +137,18 @@ class SageMakerRun(CloudRun):
         said = reason
         if secondary in ("MaxRuntimeExceeded", "MaxWaitTimeExceeded") and not said:
             said = f"SageMaker's StoppingCondition: {secondary}"
+        # the end came from an interruption (Ferry's stop of it, seen late), not from the
+        # job or a stop in the console: the last status before the stop says which
+        before = [s for s in history if s not in ("Stopping", "Stopped", "Failed")]
+        interrupted = status != "Completed" and bool(before) and before[-1] in _INTERRUPTED
         return Seen(
             Seen.ENDED,
             state,
             said,
             succeeded=status == "Completed",
             no_capacity=capacity and not started,
-            preempted=(capacity and started) or bool(seen & _INTERRUPTED),
-            cancelled=status == "Stopped" and secondary == "Stopped" and not seen & _INTERRUPTED,
+            preempted=(capacity and started) or interrupted,
+            cancelled=status == "Stopped" and secondary == "Stopped" and not interrupted,
         )
 
     def _interrupted(self, state: str, reason: str) -> Seen:
@@ -274,8 +285,8 @@ class SageMakerBackend(CloudBackend):
 
         plan = Plan.of(spec.to_json())
         root = bucket_root(outputs, "s3", self.name)
-        where = _region_of(plan, outputs, offline)
-        option = choose(_in_region(plan, where), self.name)
+        where = region_of(plan, outputs, offline)
+        option = choose(in_region(plan, where), self.name)
         role = str(config.get("sagemaker.role") or "") or marks.mark(
             PLACEHOLDER_ROLE, "ferry config set sagemaker.role ROLE_ARN", _ROLE_STAND_IN
         )
@@ -341,8 +352,8 @@ class SageMakerBackend(CloudBackend):
         shown["placeholders"] = marks.listed
         return shown
 
-    def placed(self, plan: Plan, outputs: str | None) -> Plan:
-        return _in_region(plan, _region_of(plan, outputs or "", offline=False))
+    def placed(self, plan: Plan, outputs: str | None, offline: bool = False) -> Plan:
+        return in_region(plan, region_of(plan, outputs or "", offline=offline))
 
     def launch(self, request: LaunchRequest) -> RunningAttempt:
         from ferry.backends import sagemaker_request
@@ -425,34 +436,10 @@ class SageMakerBackend(CloudBackend):
         if name:
             SageMakerJobs(region_name).stop(name)
 
+    def _preflight(self, plan: Plan, outputs: str) -> list[Check]:
+        from ferry.backends.sagemaker_preflight import checks
 
-def _region_of(plan: Plan, outputs: str, offline: bool) -> str | None:
-    """Where the job's training jobs run: its bucket's region (SageMaker reads channels
-    from its own region; asked of S3, unless ``offline``); else, when the spec names no
-    regions, ``sagemaker.region`` (None: the cheapest). Raises SpecError when the spec's
-    regions leave the bucket's out."""
-    from ferry.storage.locations import parse_uri
-
-    found = None
-    if not offline and outputs.startswith("s3://"):
-        found = bucket_region(parse_uri(outputs).bucket)
-    regions = plan.resources.regions
-    if found is not None and regions and found not in regions:
-        raise SpecError(
-            f"the job's bucket is in {found}, which resources.regions leaves out (a SageMaker "
-            "job runs in its bucket's region)",
-            f"add {found} to resources.regions, or give outputs in a bucket of those regions",
-        )
-    if found is not None:
-        return found
-    return None if regions else region()
-
-
-def _in_region(plan: Plan, where: str | None) -> Plan:
-    """The plan, kept to ``where`` when that is known."""
-    if not where:
-        return plan
-    return replace(plan, resources=replace(plan.resources, regions=(where,)))
+        return checks(plan, outputs)
 
 
 def _target(plan: Plan, option: Option, role: str) -> Chosen:

@@ -1,16 +1,20 @@
 """SageMaker's API as the sagemaker backend uses it, through boto3: training jobs
 (create, describe, stop) with SageMaker's errors as sentences with their fix, the tail of
-a job's CloudWatch log, and the region of a bucket (a job runs in its bucket's)."""
+a job's CloudWatch log, and where a job runs (its bucket's region)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from ferry import config
 from ferry.backends.cloud_backend import ProviderError
-from ferry.errors import FerryError
+from ferry.errors import FerryError, SpecError
+
+if TYPE_CHECKING:
+    from ferry.store.plan import Plan
 
 _TAIL = 20  # lines of the provider's log said when its runner never started
 
@@ -200,9 +204,13 @@ def bucket_region(bucket: str) -> str | None:
         return _bucket_regions[bucket]
     with contextlib.suppress(Exception):
         import boto3
+        from botocore.config import Config
 
         endpoint = config.get("storage.s3.endpoint_url")
-        s3 = boto3.client("s3", endpoint_url=str(endpoint) if endpoint else None)
+        short = Config(
+            retries={"max_attempts": 2, "mode": "standard"}, connect_timeout=5, read_timeout=10
+        )
+        s3 = boto3.client("s3", endpoint_url=str(endpoint) if endpoint else None, config=short)
         found = s3.get_bucket_location(Bucket=bucket).get("LocationConstraint")
         # (no constraint: us-east-1; "EU": the old name of eu-west-1)
         where = {None: "us-east-1", "": "us-east-1", "EU": "eu-west-1"}.get(found, found)
@@ -212,3 +220,32 @@ def bucket_region(bucket: str) -> str | None:
 
 
 _bucket_regions: dict[str, str] = {}  # bucket -> its region
+
+
+def region_of(plan: Plan, outputs: str, offline: bool) -> str | None:
+    """Where the job's training jobs run: its bucket's region (SageMaker reads channels
+    from its own region; asked of S3, unless ``offline``); else, when the spec names no
+    regions, ``sagemaker.region`` (None: the cheapest). Raises SpecError when the spec's
+    regions leave the bucket's out."""
+    from ferry.storage.locations import parse_uri
+
+    found = None
+    if not offline and outputs.startswith("s3://"):
+        found = bucket_region(parse_uri(outputs).bucket)
+    regions = plan.resources.regions
+    if found is not None and regions and found not in regions:
+        raise SpecError(
+            f"the job's bucket is in {found}, which resources.regions leaves out (a SageMaker "
+            "job runs in its bucket's region)",
+            f"add {found} to resources.regions, or give outputs in a bucket of those regions",
+        )
+    if found is not None:
+        return found
+    return None if regions else region()
+
+
+def in_region(plan: Plan, where: str | None) -> Plan:
+    """The plan, kept to ``where`` when that is known."""
+    if not where:
+        return plan
+    return replace(plan, resources=replace(plan.resources, regions=(where,)))

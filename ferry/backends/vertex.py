@@ -50,6 +50,7 @@ from ferry.errors import FerryError, SpecError, Unsupported
 from ferry.store.records import Job
 
 if TYPE_CHECKING:
+    from ferry.backends.preflight import Check
     from ferry.catalog.optimizer import Option
     from ferry.spec import JobSpec
     from ferry.store.plan import Plan
@@ -373,7 +374,7 @@ class VertexBackend(CloudBackend):
             )
         plan = Plan.of(spec.to_json())
         option = choose(self.placed(plan, outputs), self.name)
-        _target(plan, option, project() or PLACEHOLDER_PROJECT)  # (the image: refused early)
+        target_for(plan, option, project() or PLACEHOLDER_PROJECT)  # (the image: refused early)
 
     def dry_run(self, spec: JobSpec) -> dict[str, Any]:
         """The ``CustomJob`` the first attempt of ``spec`` would send, with placeholders
@@ -396,7 +397,7 @@ class VertexBackend(CloudBackend):
             PLACEHOLDER_PROJECT,
             "ferry config set vertex.project PROJECT (or set GOOGLE_CLOUD_PROJECT)",
         )
-        target = _target(plan, option, chosen)
+        target = target_for(plan, option, chosen)
         digest = marks.mark("<CODE_SHA256>", "the hash of the code snapshot taken at submit")
         wheel_hash = marks.mark("<WHEEL_HASH>", "the hash of Ferry's wheel, uploaded at submit")
         nonce_mark = marks.mark("<NONCE>", "6 random hex digits, one per attempt")
@@ -445,7 +446,7 @@ class VertexBackend(CloudBackend):
                 "no Google Cloud project is set for Vertex AI",
                 "run: ferry config set vertex.project PROJECT (or set GOOGLE_CLOUD_PROJECT)",
             )
-        target = _target(job.plan, option, chosen)
+        target = target_for(job.plan, option, chosen)
         region = target.target.region
         jobs = VertexJobs(region)  # (credentials that fail: before anything is uploaded)
         root = bucket_root(job.outputs, "gs", self.name)
@@ -487,8 +488,8 @@ class VertexBackend(CloudBackend):
             jobs,
         )
 
-    def placed(self, plan: Plan, outputs: str | None) -> Plan:
-        return _in_region(plan)
+    def placed(self, plan: Plan, outputs: str | None, offline: bool = False) -> Plan:
+        return in_region(plan)
 
     def follow(
         self,
@@ -509,8 +510,23 @@ class VertexBackend(CloudBackend):
         if name:
             VertexJobs(_region_of(name)).cancel(name)
 
+    def _preflight(self, plan: Plan, outputs: str) -> list[Check]:
+        from ferry.backends.vertex_preflight import checks
 
-def _in_region(plan: Plan) -> Plan:
+        chosen = project()
+        placed: tuple[Option, Any] | FerryError
+        try:
+            option = choose(in_region(plan), self.name)
+            placed = (
+                option,
+                target_for(plan, option, chosen or PLACEHOLDER_PROJECT).target.machine,
+            )
+        except FerryError as exc:
+            placed = exc
+        return checks(plan, outputs, chosen, placed)
+
+
+def in_region(plan: Plan) -> Plan:
     """The plan, kept to ``vertex.region`` when that is set (and the spec names none)."""
     from dataclasses import replace
 
@@ -520,7 +536,7 @@ def _in_region(plan: Plan) -> Plan:
     return replace(plan, resources=replace(plan.resources, regions=(str(region),)))
 
 
-def _target(plan: Plan, option: Option, project_id: str) -> Chosen:
+def target_for(plan: Plan, option: Option, project_id: str) -> Chosen:
     """Where an attempt of ``plan`` runs on ``option``, and in which image."""
     from ferry.accelerator_names import VertexMachine, backend_name
     from ferry.accelerators import parse_accelerator

@@ -81,16 +81,46 @@ def runtime_estimate(
     return statistics.median(runs) / 3600, f"median of {len(runs)} earlier run{plural}"
 
 
+def _placed(request: Request, spec: JobSpec, backend: str, offline: bool) -> Request:
+    """``request`` kept to the regions where ``backend`` runs the job (SageMaker: its
+    bucket's region, or with ``offline`` the setting's; Vertex AI: ``vertex.region``), as
+    its launch will choose."""
+    from dataclasses import replace
+
+    from ferry import config
+    from ferry.backends.cloud_backend import CloudBackend
+    from ferry.backends.registry import get_backend
+    from ferry.errors import FerryError
+    from ferry.store.plan import Plan as JobPlan
+
+    try:
+        cloud = get_backend(backend)
+        if not isinstance(cloud, CloudBackend):
+            return request
+        outputs = spec.outputs or f"{config.default_outputs_root()}/{{job_id}}"
+        regions = cloud.placed(JobPlan.of(spec.to_json()), outputs, offline).resources.regions
+    except FerryError:  # (the backend says why at submit)
+        return request
+    return replace(request, regions=tuple(regions)) if regions else request
+
+
 def quote(
-    spec: JobSpec, *, backend: str, store: Store | None = None, hours: float | None = None
+    spec: JobSpec,
+    *,
+    backend: str,
+    store: Store | None = None,
+    hours: float | None = None,
+    offline: bool = False,
 ) -> Quote:
-    """Price ``spec`` on ``backend`` (``auto``: the cheapest option that fits)."""
+    """Price ``spec`` on ``backend`` (``auto``: the cheapest option that fits); ``offline``
+    asks no provider where it would run (a dry run)."""
     estimate, source = runtime_estimate(spec, store, hours)
     request = Request.from_spec(spec, estimate)
     if backend == "auto":
         found = plan(request)
     elif backend not in ("local", "ray"):  # a cloud: its cheapest offering that fits
-        found = plan(request, backends=[backend], include_local=False)
+        placed = _placed(request, spec, backend, offline)
+        found = plan(placed, backends=[backend], include_local=False)
     else:  # a named backend (only local exists yet): what it runs on, whether it fits or not
         local = local_offering()
         found = Plan(request, [Option(local, "local", False, (local.price or 0.0) * request.nodes)])

@@ -46,6 +46,7 @@ COMMANDS = {
     "catalog": "catalog_cmd",
     "cost": "cost_cmd",
     "budget": "budget_cmd",
+    "check": "check_cmd",
 }
 
 

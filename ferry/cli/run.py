@@ -379,7 +379,7 @@ def _dry_run(spec: Any) -> int:
     from ferry.catalog.estimate import quote
 
     backend_name = spec.backend or config.get("backend")
-    found = quote(spec, backend=backend_name)
+    found = quote(spec, backend=backend_name, offline=True)  # (a dry run asks no provider)
     if backend_name == "auto":
         from ferry.controller.jobs import choose_backend
 

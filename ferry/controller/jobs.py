@@ -151,6 +151,11 @@ def submit(
             f"secret {missing[0]} is not set in this environment",
             f"export {missing[0]}=... before submitting, or remove it from secrets",
         )
+    checks = backend.preflight(spec)  # (a cloud's setup: credentials, bucket, quota ...)
+    if checks:
+        from ferry.backends.preflight import refuse_failed
+
+        refuse_failed(checks)
     name = spec.job_name()
     spec = spec.with_defaults(name=name, backend=backend_name).with_absolute_paths(Path.cwd())
     reconcile(store, start=start, admit=False)  # (admission follows, this job queued)

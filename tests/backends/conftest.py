@@ -4,6 +4,8 @@ its Vertex AI test server (tests/backends/vertex_server.py) and its SageMaker te
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import textwrap
 from collections.abc import Iterator
@@ -122,6 +124,8 @@ def on_vertex(
     ):
         assert ferry("config", "set", key, value).returncode == 0
     vertex_server.script.clear()
+    vertex_server.quotas.clear()
+    vertex_server.service_accounts.clear()
     (project / "train.py").write_text(SCRIPT)
     return {"gs": gs, "fs": gs, "protocol": "gs", "bucket": bucket, "server": vertex_server}
 
@@ -152,8 +156,25 @@ def on_sagemaker(
         ("AWS_SECRET_ACCESS_KEY", "testing"),
         ("AWS_DEFAULT_REGION", "us-east-1"),
         ("AWS_ENDPOINT_URL_CLOUDWATCH_LOGS", s3_endpoint),
+        ("AWS_ENDPOINT_URL_STS", s3_endpoint),
+        ("AWS_ENDPOINT_URL_IAM", s3_endpoint),
+        ("AWS_ENDPOINT_URL_SERVICE_QUOTAS", sagemaker_server.endpoint),
     ):
         monkeypatch.setenv(key, value)
+    # the execution role, which SageMaker may assume (IAM on moto)
+    iam = boto3.client("iam", endpoint_url=s3_endpoint, region_name="us-east-1")
+    trust = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Principal": {"Service": "sagemaker.amazonaws.com"},
+                "Action": "sts:AssumeRole",
+            }
+        ],
+    }
+    with contextlib.suppress(iam.exceptions.EntityAlreadyExistsException):
+        iam.create_role(RoleName="ferry-tests", AssumeRolePolicyDocument=json.dumps(trust))
     # the bucket is in eu-west-1, this machine's AWS region us-east-1: jobs go to the bucket
     s3 = boto3.client("s3", endpoint_url=s3_endpoint, region_name="eu-west-1")
     bucket = f"sm-{os.urandom(4).hex()}"
@@ -167,6 +188,8 @@ def on_sagemaker(
     ):
         assert ferry("config", "set", key, value).returncode == 0
     sagemaker_server.script.clear()
+    sagemaker_server.quotas.clear()
+    sagemaker_server.default_quotas.clear()
     (project / "train.py").write_text(SCRIPT)
     import s3fs
 

@@ -28,6 +28,10 @@ protocol: ``POST /`` with ``X-Amz-Target: SageMaker.<Operation>``):
   name so, as when the service keeps failing;
   ``pending`` leaves the job Starting until it is stopped; ``broken-wheel`` spoils the
   wheel a channel brought, so that the install in the container fails.
+- **Service Quotas** (what the preflight asks): ListServiceQuotas and
+  ListAWSDefaultServiceQuotas for ``sagemaker`` (the protocol's
+  ``ServiceQuotasV20190624.`` target), two quotas a page, from ``quotas`` (applied) and
+  ``default_quotas`` (quota name -> value).
 - **Spot interruption** (:meth:`SageMakerServer.interrupt`): SIGTERM to the container,
   SIGKILL after ``grace``, then InProgress/Interrupted, as SageMaker reports a managed
   spot job whose instance was taken back; with ``restart_after``, SageMaker's own restart
@@ -137,6 +141,9 @@ class SageMakerServer:
         self.requests: list[dict[str, Any]] = []  # every create's parameters
         self.script: list[str] = []
         self.provision = 0.5  # s a job stays Starting before its channels are brought
+        self.quotas: dict[str, float] = {}  # Service Quotas: applied, by name
+        self.default_quotas: dict[str, float] = {}  # and AWS's defaults
+        self.quota_calls = 0  # Service Quotas pages asked for
         self._lock = threading.Lock()
         server = self
 
@@ -167,6 +174,8 @@ class SageMakerServer:
                     "CreateTrainingJob": server.create,
                     "DescribeTrainingJob": server.describe,
                     "StopTrainingJob": server.stop,
+                    "ListServiceQuotas": server.list_quotas,
+                    "ListAWSDefaultServiceQuotas": server.list_default_quotas,
                 }.get(operation)
                 if handler is None:
                     return self._send(400, _error("UnknownOperationException", operation))
@@ -220,6 +229,16 @@ class SageMakerServer:
         if behaviour in ("lost-answer", "lost-answers"):
             return 500, _error("InternalFailure", "We encountered an internal error.")
         return 200, {"TrainingJobArn": job.answer()["TrainingJobArn"]}
+
+    def list_quotas(self, params: dict[str, Any], region: str) -> tuple[int, dict[str, Any]]:
+        self.quota_calls += 1
+        return 200, _quota_page(self.quotas, params, region)
+
+    def list_default_quotas(
+        self, params: dict[str, Any], region: str
+    ) -> tuple[int, dict[str, Any]]:
+        self.quota_calls += 1
+        return 200, _quota_page(self.default_quotas, params, region)
 
     def describe(self, params: dict[str, Any], region: str) -> tuple[int, dict[str, Any]]:
         job = self.jobs.get(str(params.get("TrainingJobName")))
@@ -476,6 +495,31 @@ class SageMakerServer:
             if job.proc is not None and job.proc.poll() is None:
                 os.killpg(job.proc.pid, signal.SIGKILL)
         self.httpd.shutdown()
+
+
+def _quota_page(quotas: dict[str, float], params: dict[str, Any], region: str) -> dict[str, Any]:
+    """One page (two quotas) of Service Quotas' answer for SageMaker."""
+    start = int(params.get("NextToken") or 0)
+    names = sorted(quotas)[start : start + 2]
+    page: dict[str, Any] = {
+        "Quotas": [
+            {
+                "ServiceCode": "sagemaker",
+                "ServiceName": "Amazon SageMaker",
+                "QuotaCode": f"L-{abs(hash(name)) % 10**8:08d}",
+                "QuotaName": name,
+                "QuotaArn": f"arn:aws:servicequotas:{region}:{ACCOUNT}:sagemaker/{name}",
+                "Value": quotas[name],
+                "Unit": "None",
+                "Adjustable": True,
+                "GlobalQuota": False,
+            }
+            for name in names
+        ]
+    }
+    if start + 2 < len(quotas):
+        page["NextToken"] = str(start + 2)
+    return page
 
 
 def _region_of(authorization: str) -> str:

@@ -338,7 +338,17 @@ def test_dry_run_prints_the_request_with_placeholders_and_no_settings(
     filled = {p["placeholder"] for p in shown["placeholders"]}
     assert {"<ROLE_ARN>", "<BUCKET>", "<JOB_ID>"} <= filled
     assert "ferry: <ROLE_ARN>: ferry config set sagemaker.role ROLE_ARN" in out.stderr
-    # with the settings, those are the real values
+    # with the settings, those are the real values; and still no network (a listener
+    # stands for S3 and SageMaker: nothing reaches it)
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.setblocking(False)
+    where = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    ferry("config", "set", "storage.s3.endpoint_url", where)
+    ferry("config", "set", "sagemaker.endpoint", where)
     role = "arn:aws:iam::111122223333:role/trainer"
     ferry("config", "set", "sagemaker.role", role)
     ferry("config", "set", "sagemaker.region", "eu-west-1")
@@ -349,6 +359,9 @@ def test_dry_run_prints_the_request_with_placeholders_and_no_settings(
     assert "<ROLE_ARN>" not in filled and "<BUCKET>" not in filled
     assert shown["body"]["RoleArn"] == role and "eu-west-1" in shown["aws"]
     assert "s3://my-bucket/" in json.dumps(shown["body"])
+    with pytest.raises(BlockingIOError):
+        listener.accept()  # (no connection was made)
+    listener.close()
 
 
 def test_the_request_is_checked_against_botocores_model(home: Path) -> None:

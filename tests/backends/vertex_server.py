@@ -17,6 +17,11 @@ What it simulates, over HTTP as the REST API serves ``JobServiceClient(transport
   are insufficient in region: …"), its command never started; ``lost-answer`` makes the
   job but answers the create with HTTP 503, as when an answer is lost on the way.
 - **Lists** of custom jobs filtered on one label (``labels.KEY="VALUE"``).
+- **What the preflight asks** (``ferry check``): Service Usage's quota metrics of
+  ``aiplatform.googleapis.com``, one by its name
+  (``/v1beta1/projects/P/services/…/consumerQuotaMetrics/METRIC``, with ``quotaBuckets``
+  by region from ``quotas``, a 404 for one it does not have) and IAM's service accounts
+  (``/v1/projects/-/serviceAccounts/EMAIL``: found when in ``service_accounts``).
 - **Spot preemption** (:meth:`VertexServer.preempt`): SIGTERM to the command, SIGKILL
   after ``grace``, then FAILED with code 8 and a STOCKOUT message, as Vertex AI fails a
   spot job whose VM was taken back (it may also restart it; this double does not).
@@ -122,6 +127,9 @@ class VertexServer:
         self.requests: list[dict[str, Any]] = []  # every create's body, parsed
         self.script: list[str] = []
         self.provision = 0.5  # s a job stays PENDING before its command starts
+        # Service Usage: metric -> region -> effective limit; IAM: the service accounts
+        self.quotas: dict[str, dict[str, int]] = {}
+        self.service_accounts: set[str] = set()
         self._lock = threading.Lock()
         self._count = 0
         server = self
@@ -142,6 +150,18 @@ class VertexServer:
                 from urllib.parse import parse_qs, urlsplit
 
                 parts = urlsplit(self.path)
+                if "/consumerQuotaMetrics/" in parts.path:
+                    from urllib.parse import unquote
+
+                    metric = server.quota_metric(unquote(parts.path.rsplit("/", 1)[1]))
+                    if metric is None:
+                        return self._send(404, _status(404, "NOT_FOUND", "no such metric"))
+                    return self._send(200, metric)
+                account = parts.path.removeprefix("/v1/projects/-/serviceAccounts/")
+                if account != parts.path:
+                    if account in server.service_accounts:
+                        return self._send(200, {"email": account})
+                    return self._send(404, _status(404, "NOT_FOUND", f"{account} not found"))
                 path = parts.path[len("/v1/") :]
                 if path.endswith("/customJobs"):  # a list, by a filter on one label
                     asked = (parse_qs(parts.query).get("filter") or [""])[0]
@@ -206,6 +226,27 @@ class VertexServer:
         if behaviour == "lost-answer":  # made, but the answer is a server error
             return 503, _status(503, "UNAVAILABLE", "The service is currently unavailable.")
         return 200, job.answer()
+
+    def quota_metric(self, metric: str) -> dict[str, Any] | None:
+        """Service Usage's ConsumerQuotaMetric ``metric`` (None: not one it has)."""
+        if metric not in self.quotas:
+            return None
+        buckets = [
+            {"effectiveLimit": str(limit), "defaultLimit": "0", "dimensions": {"region": r}}
+            for r, limit in sorted(self.quotas[metric].items())
+        ]
+        return {
+            "metric": metric,
+            "displayName": metric.rsplit("/", 1)[-1],
+            "consumerQuotaLimits": [
+                {
+                    "metric": metric,
+                    "unit": "1/{project}/{region}",
+                    # the default bucket first, without dimensions (0: left out, as proto3)
+                    "quotaBuckets": [{}, *buckets],
+                }
+            ],
+        }
 
     def cancel(self, name: str) -> tuple[int, dict[str, Any]]:
         job = self.jobs.get(name)
