@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
+from ferry import config
 from ferry.backends.base import Backend, RunningAttempt
 from ferry.backends.cloud import CloudRun, Refused, choose, forget_secrets
 from ferry.errors import DoesNotFit, FerryError
@@ -74,6 +75,18 @@ class Placeholders:
         return outputs.replace("{job_id}", job_id), job_id
 
 
+def shown_request(
+    url: str, body: dict[str, Any], command: tuple[str, str], note: str, marks: Placeholders
+) -> dict[str, Any]:
+    """What ``--dry-run`` prints of a request: the method and URL, the body, the CLI
+    ``command`` (its name, its line) that sends the same, a note, the placeholders."""
+    shown: dict[str, Any] = {"method": "POST", "url": url, "body": body, command[0]: command[1]}
+    if note:
+        shown["note"] = note
+    shown["placeholders"] = marks.listed
+    return shown
+
+
 def bundle_said(bundle: Bundle) -> str:
     """What the job's events say of the upload."""
     if bundle.sent:
@@ -86,6 +99,37 @@ class CloudBackend(Backend):
 
     runs_here = False
     spot_notice: ClassVar[float] = 30.0  # s the provider gives a spot machine before its end
+    provider: ClassVar[str] = ""  # the service, in words ("Vertex AI")
+    protocol: ClassVar[str] = ""  # its bucket's ("gs")
+    machine: ClassVar[str] = "machine"  # what it calls a machine ("training instance")
+    catalog_provider: ClassVar[str] = ""  # its offerings' provider in the catalog ("gcp")
+    copy_command: ClassVar[str] = ""  # a folder to its bucket: "... {uri} {protocol}://..."
+
+    def check_place(self, spec: JobSpec, outputs: str | None) -> str:
+        """What every cloud refuses at submit: outputs outside its bucket, an input on
+        this machine, an accelerator it has no machine for. Returns the outputs."""
+        from ferry.accelerator_names import backend_name
+        from ferry.backends.cloud import bucket_root
+        from ferry.errors import SpecError, Unsupported
+
+        outputs = outputs or spec.outputs or f"{config.default_outputs_root()}/{{job_id}}"
+        bucket_root(outputs, self.protocol, self.name)
+        for name, item in spec.inputs.items():
+            if "://" not in item.uri or item.uri.startswith("file://"):
+                raise SpecError(
+                    f"input {name!r} is a file of this machine ({item.uri}), which a "
+                    f"{self.provider} machine cannot read",
+                    f"put it in a bucket ({self.copy_command.format(uri=item.uri)}) and "
+                    "give that URI",
+                )
+        acc = spec.resources.accelerator_request
+        if acc is not None and backend_name(acc, self.name) is None:
+            raise Unsupported(
+                f"{self.provider} has no {self.machine} for {acc}",
+                f"see the {self.machine}s it has: ferry catalog ls --provider "
+                f"{self.catalog_provider}",
+            )
+        return outputs
 
     @abc.abstractmethod
     def placed(self, plan: Plan, outputs: str | None, offline: bool = False) -> Plan:
@@ -114,7 +158,6 @@ class CloudBackend(Backend):
         """The provider's checks for a job of ``plan`` whose outputs are ``outputs``."""
 
     def preflight(self, spec: JobSpec, trust: bool = True) -> list[Check]:
-        from ferry import config
         from ferry.backends import preflight
         from ferry.store.plan import Plan
 

@@ -45,7 +45,13 @@ from ferry.backends.cloud import (
     provider_timeout,
     write_order,
 )
-from ferry.backends.cloud_backend import Chosen, CloudBackend, Placeholders, bundle_said
+from ferry.backends.cloud_backend import (
+    Chosen,
+    CloudBackend,
+    Placeholders,
+    bundle_said,
+    shown_request,
+)
 from ferry.backends.sagemaker_api import (
     SageMakerJobs,
     bucket_region,
@@ -53,7 +59,7 @@ from ferry.backends.sagemaker_api import (
     region_of,
     require_sdk,
 )
-from ferry.errors import SpecError, Unsupported
+from ferry.errors import SpecError
 from ferry.store.records import Job
 
 if TYPE_CHECKING:
@@ -227,6 +233,11 @@ class SageMakerBackend(CloudBackend):
 
     name = "sagemaker"
     spot_notice = _GRACE
+    provider = "SageMaker"
+    protocol = "s3"
+    machine = "training instance"
+    catalog_provider = "aws"
+    copy_command = "aws s3 cp --recursive {uri} s3://BUCKET/..."
     features = frozenset(
         {
             "inputs.remote",
@@ -241,27 +252,11 @@ class SageMakerBackend(CloudBackend):
     )
 
     def _check(self, spec: JobSpec, outputs: str | None = None, offline: bool = False) -> None:
-        from ferry.accelerator_names import backend_name
         from ferry.backends import sagemaker_request as request
 
         require_sdk()
-        outputs = outputs or spec.outputs or f"{config.default_outputs_root()}/{{job_id}}"
-        bucket_root(outputs, "s3", self.name)
-        for name, item in spec.inputs.items():
-            if "://" not in item.uri or item.uri.startswith("file://"):
-                raise SpecError(
-                    f"input {name!r} is a file of this machine ({item.uri}), which a SageMaker "
-                    "machine cannot read",
-                    f"put it in a bucket (aws s3 cp --recursive {item.uri} s3://BUCKET/...) "
-                    "and give that URI",
-                )
+        outputs = self.check_place(spec, outputs)
         _one_channel_each(list(spec.inputs))
-        acc = spec.resources.accelerator_request
-        if acc is not None and backend_name(acc, "sagemaker") is None:
-            raise Unsupported(
-                f"SageMaker has no training instance for {acc}",
-                "see the instances it has: ferry catalog ls --provider aws",
-            )
         marks = Placeholders(stand_ins={"<JOB_ID>": "job", "<BUCKET>": "bucket"})  # (a dry run's)
         body = self._request(spec, outputs.replace("{job_id}", "job"), marks, offline)[0]
         problems = request.problems(body, marks.stand_ins)
@@ -335,22 +330,15 @@ class SageMakerBackend(CloudBackend):
         endpoint = str(
             config.get("sagemaker.endpoint") or f"https://api.sagemaker.{where}.amazonaws.com"
         )
-        shown: dict[str, Any] = {
-            "method": "POST",
-            "url": f"{endpoint}/ (X-Amz-Target: SageMaker.CreateTrainingJob)",
-            "body": body,
-            "aws": request.aws_command(body, where),
-        }
         notes = [chosen.note] if chosen.note else []
-        if any(not str(i.get("uri", "")).endswith("/") for i in spec.to_json()["inputs"].values()):
+        if any(uri.startswith("s3://") and not uri.endswith("/") for uri in _input_uris(spec)):
             notes.append(
                 "an s3:// input without a trailing / is looked at when the job is launched: "
                 "a folder becomes a channel, a single object is copied by Ferry's runner"
             )
-        if notes:
-            shown["note"] = " ".join(notes)
-        shown["placeholders"] = marks.listed
-        return shown
+        url = f"{endpoint}/ (X-Amz-Target: SageMaker.CreateTrainingJob)"
+        command = ("aws", request.aws_command(body, where))
+        return shown_request(url, body, command, " ".join(notes), marks)
 
     def placed(self, plan: Plan, outputs: str | None, offline: bool = False) -> Plan:
         return in_region(plan, region_of(plan, outputs or "", offline=offline))
@@ -472,6 +460,11 @@ def _target(plan: Plan, option: Option, role: str) -> Chosen:
         security_groups=groups,
     )
     return Chosen(target, note)
+
+
+def _input_uris(spec: JobSpec) -> list[str]:
+    """The URIs of the inputs SageMaker may bring (copied or mounted)."""
+    return [i.uri for i in spec.inputs.values() if i.mode in ("copy", "mount")]
 
 
 def _words(value: Any) -> tuple[str, ...]:

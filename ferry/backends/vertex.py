@@ -45,8 +45,9 @@ from ferry.backends.cloud_backend import (
     Placeholders,
     ProviderError,
     bundle_said,
+    shown_request,
 )
-from ferry.errors import FerryError, SpecError, Unsupported
+from ferry.errors import FerryError, SpecError
 from ferry.store.records import Job
 
 if TYPE_CHECKING:
@@ -339,6 +340,11 @@ class VertexBackend(CloudBackend):
 
     name = "vertex"
     spot_notice = _GRACE
+    provider = "Vertex AI"
+    protocol = "gs"
+    machine = "training machine"
+    catalog_provider = "gcp"
+    copy_command = "gcloud storage cp -r {uri} gs://BUCKET/..."
     features = frozenset(
         {
             "inputs.remote",
@@ -352,26 +358,10 @@ class VertexBackend(CloudBackend):
     )
 
     def _check(self, spec: JobSpec, outputs: str | None = None) -> None:
-        from ferry.accelerator_names import backend_name
         from ferry.store.plan import Plan
 
         _require_sdk()
-        outputs = outputs or spec.outputs or f"{config.default_outputs_root()}/{{job_id}}"
-        bucket_root(outputs, "gs", self.name)
-        for name, item in spec.inputs.items():
-            if "://" not in item.uri or item.uri.startswith("file://"):
-                raise SpecError(
-                    f"input {name!r} is a file of this machine ({item.uri}), which a Vertex AI "
-                    "machine cannot read",
-                    f"put it in a bucket (gcloud storage cp -r {item.uri} gs://BUCKET/...) "
-                    "and give that URI",
-                )
-        acc = spec.resources.accelerator_request
-        if acc is not None and backend_name(acc, "vertex") is None:
-            raise Unsupported(
-                f"Vertex AI has no training machine for {acc}",
-                "see the machines it has: ferry catalog ls --provider gcp",
-            )
+        outputs = self.check_place(spec, outputs)
         plan = Plan.of(spec.to_json())
         option = choose(self.placed(plan, outputs), self.name)
         target_for(plan, option, project() or PLACEHOLDER_PROJECT)  # (the image: refused early)
@@ -422,16 +412,9 @@ class VertexBackend(CloudBackend):
         endpoint = str(
             config.get("vertex.endpoint") or f"https://{region}-aiplatform.googleapis.com"
         )
-        shown: dict[str, Any] = {
-            "method": "POST",
-            "url": f"{endpoint}/v1/{parent}/customJobs",
-            "body": body,
-            "gcloud": vertex_request.gcloud_command(body, chosen, region),
-        }
-        if target.note:
-            shown["note"] = target.note
-        shown["placeholders"] = marks.listed
-        return shown
+        url = f"{endpoint}/v1/{parent}/customJobs"
+        gcloud = vertex_request.gcloud_command(body, chosen, region)
+        return shown_request(url, body, ("gcloud", gcloud), target.note, marks)
 
     def launch(self, request: LaunchRequest) -> RunningAttempt:
         from ferry.backends import vertex_request
