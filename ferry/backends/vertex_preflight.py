@@ -61,7 +61,7 @@ def checks(
         found.append(Check("machine", False, placed.message, placed.hint or ""))
         return found
     option, machine = placed
-    found.append(Check("machine", True, f"{option.describe()} in {option.offering.region}"))
+    found.append(Check("machine", True, option.describe()))
     if session is not None:
         found.append(_quota(session, project, option, machine, plan.resources.nodes))
     return found
