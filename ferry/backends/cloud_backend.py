@@ -241,14 +241,24 @@ class CloudBackend(Backend):
         provider's own end for its job."""
         from ferry.runner.record import STOPPED, _Place
 
-        folder = folder_of(handle)
-        if not folder:
+        if not folder_of(handle):  # made, perhaps, but never recorded (its launcher was lost)
+            with contextlib.suppress(FerryError):
+                for made in self.unrecorded(job, attempt):
+                    self.cancel(job, attempt, made)
             return
+        folder = folder_of(handle)
         with contextlib.suppress(FerryError):
             _Place(folder).put(STOPPED, b"")
         with contextlib.suppress(FerryError):
             self.end_provider_job(str(handle))
         forget_secrets(folder)
+
+    def unrecorded(self, job: Job, attempt: int) -> list[str]:
+        """The handles of the provider's jobs still running for attempt ``attempt`` of
+        ``job`` (found by their names or labels), for an attempt whose handle was never
+        recorded: the process that launched it was lost between the create and the record.
+        Raises FerryError when the provider cannot be asked."""
+        return []
 
     def outputs_sent(self, job: Job, attempt: int, handle: str | None) -> list[Any] | None:
         from ferry.runner.machine import OUTPUTS

@@ -56,6 +56,7 @@ from ferry.backends.sagemaker_api import (
     SageMakerJobs,
     bucket_region,
     in_region,
+    region,
     region_of,
     require_sdk,
 )
@@ -423,6 +424,17 @@ class SageMakerBackend(CloudBackend):
         region_name, name, _ = _parse_handle(handle)
         if name:
             SageMakerJobs(region_name).stop(name)
+
+    def unrecorded(self, job: Job, attempt: int) -> list[str]:
+        from ferry.backends.cloud import run_folder
+        from ferry.backends.sagemaker_request import job_name
+
+        where = region_of(job.plan, job.outputs, offline=False) or region()
+        if where is None:
+            return []
+        prefix = job_name(job.id, attempt, "x")[:-1]  # (the name before its nonce)
+        names = SageMakerJobs(where).running(prefix)
+        return [_handle(n, where, run_folder(job.outputs, n)) for n in names]
 
     def _preflight(self, plan: Plan, outputs: str) -> list[Check]:
         from ferry.backends.sagemaker_preflight import checks

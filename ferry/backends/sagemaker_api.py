@@ -5,6 +5,7 @@ a job's CloudWatch log, and where a job runs (its bucket's region)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -136,6 +137,30 @@ class SageMakerJobs:
             raise FerryError(
                 f"SageMaker: stopping the training job failed: {exc}", _credentials_hint(exc)
             ) from None
+
+    def running(self, prefix: str) -> list[str]:
+        """The names of the training jobs in progress whose names start with ``prefix``."""
+        found: list[str] = []
+        token = None
+        while True:
+            asked: dict[str, Any] = {
+                "NameContains": prefix,
+                "StatusEquals": "InProgress",
+                "MaxResults": 100,
+            }
+            if token:
+                asked["NextToken"] = token
+            page = self._call(
+                "listing training jobs", functools.partial(self.client.list_training_jobs, **asked)
+            )
+            found += [
+                str(j["TrainingJobName"])
+                for j in page.get("TrainingJobSummaries", [])
+                if str(j.get("TrainingJobName", "")).startswith(prefix)
+            ]
+            token = page.get("NextToken")
+            if not token:
+                return found
 
     def log_tail(self, name: str, lines: int = _TAIL) -> list[str]:
         """The last ``lines`` of the job's CloudWatch log streams (one per host), oldest

@@ -181,6 +181,17 @@ class VertexJobs:
                 return _as_json(listed[0])
         return None
 
+    def labelled(self, parent: str, key: str, value: str) -> list[dict[str, Any]]:
+        """The custom jobs of ``parent`` whose label ``key`` is ``value``."""
+        from google.cloud.aiplatform_v1 import ListCustomJobsRequest
+
+        asked = ListCustomJobsRequest(parent=parent, filter=f'labels.{key}="{value}"')
+        listed = self._call(
+            "listing custom jobs",
+            lambda: list(self.client.list_custom_jobs(request=asked, timeout=30)),
+        )
+        return [_as_json(j) for j in listed]
+
     def get(self, name: str) -> dict[str, Any]:
         got = self._call(
             "reading the custom job",
@@ -492,6 +503,25 @@ class VertexBackend(CloudBackend):
         name = _parse_handle(handle)[0]
         if name:
             VertexJobs(_region_of(name)).cancel(name)
+
+    def unrecorded(self, job: Job, attempt: int) -> list[str]:
+        from ferry.backends import vertex_request
+        from ferry.backends.cloud import run_folder
+
+        chosen = project()
+        if chosen is None:
+            return []
+        where = choose(in_region(job.plan), self.name).offering.region  # (as launch chose)
+        parent = vertex_request.parent(chosen, where)
+        found = VertexJobs(where).labelled(parent, "ferry-job", vertex_request.label(job.id))
+        handles = []
+        for made in found:
+            labels = made.get("labels") or {}
+            if labels.get("ferry-attempt") != str(attempt) or made.get("state") in _ENDED:
+                continue
+            folder = run_folder(job.outputs, str(labels.get(RUN_LABEL, "")))
+            handles.append(f"{made['name']}@{folder}")
+        return handles
 
     def _preflight(self, plan: Plan, outputs: str) -> list[Check]:
         from ferry.backends.vertex_preflight import checks

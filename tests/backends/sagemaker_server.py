@@ -28,6 +28,7 @@ protocol: ``POST /`` with ``X-Amz-Target: SageMaker.<Operation>``):
   name so, as when the service keeps failing;
   ``pending`` leaves the job Starting until it is stopped; ``broken-wheel`` spoils the
   wheel a channel brought, so that the install in the container fails.
+- **Lists** of training jobs (ListTrainingJobs: ``NameContains``, ``StatusEquals``).
 - **Service Quotas** (what the preflight asks): ListServiceQuotas and
   ListAWSDefaultServiceQuotas for ``sagemaker`` (the protocol's
   ``ServiceQuotasV20190624.`` target), two quotas a page, from ``quotas`` (applied) and
@@ -174,6 +175,7 @@ class SageMakerServer:
                     "CreateTrainingJob": server.create,
                     "DescribeTrainingJob": server.describe,
                     "StopTrainingJob": server.stop,
+                    "ListTrainingJobs": server.list_jobs,
                     "ListServiceQuotas": server.list_quotas,
                     "ListAWSDefaultServiceQuotas": server.list_default_quotas,
                 }.get(operation)
@@ -239,6 +241,22 @@ class SageMakerServer:
     ) -> tuple[int, dict[str, Any]]:
         self.quota_calls += 1
         return 200, _quota_page(self.default_quotas, params, region)
+
+    def list_jobs(self, params: dict[str, Any], region: str) -> tuple[int, dict[str, Any]]:
+        """ListTrainingJobs, by NameContains and StatusEquals (one page)."""
+        part, status = params.get("NameContains", ""), params.get("StatusEquals")
+        with self._lock:
+            found = [
+                {
+                    "TrainingJobName": j.name,
+                    "TrainingJobArn": j.answer()["TrainingJobArn"],
+                    "CreationTime": j.created,
+                    "TrainingJobStatus": j.status,
+                }
+                for j in self.jobs.values()
+                if part in j.name and (status is None or j.status == status)
+            ]
+        return 200, {"TrainingJobSummaries": found}
 
     def describe(self, params: dict[str, Any], region: str) -> tuple[int, dict[str, Any]]:
         job = self.jobs.get(str(params.get("TrainingJobName")))
