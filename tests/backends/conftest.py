@@ -130,6 +130,19 @@ def on_vertex(
     return {"gs": gs, "fs": gs, "protocol": "gs", "bucket": bucket, "server": vertex_server}
 
 
+@pytest.fixture(
+    params=[
+        pytest.param("vertex", marks=pytest.mark.xdist_group("vertex")),
+        pytest.param("sagemaker", marks=pytest.mark.xdist_group("sagemaker")),
+    ]
+)
+def cloud(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
+    """Each cloud backend, with its place ready (on_vertex, on_sagemaker): its name and
+    that fixture's value."""
+    name = str(request.param)
+    return name, request.getfixturevalue(f"on_{name}")
+
+
 @pytest.fixture(scope="session")
 def sagemaker_server(
     tmp_path_factory: pytest.TempPathFactory, s3_endpoint: str

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,23 +27,16 @@ def _epochs(job_id: str) -> int:
     return sum(m["points"] for m in json.loads(out.stdout) if m["name"] == "loss")
 
 
-@pytest.mark.parametrize(
-    "cloud",
-    [
-        pytest.param("vertex", marks=pytest.mark.xdist_group("vertex")),
-        pytest.param("sagemaker", marks=pytest.mark.xdist_group("sagemaker")),
-    ],
-)
 def test_the_digits_example_is_preempted_once_and_still_finishes(
-    cloud: str, project: Path, request: pytest.FixtureRequest
+    cloud: tuple[str, dict[str, Any]], project: Path
 ) -> None:
-    place = request.getfixturevalue(f"on_{cloud}")
+    name, place = cloud
     server, fs, bucket = place["server"], place["fs"], place["bucket"]
-    for name in ("train.py", "job.yaml"):
-        shutil.copy(REPO / "examples" / "digits" / name, project / name)
-    job_id = submit("--backend", cloud, "--spot", "--hparam", "epochs=60", "job.yaml", cwd=project)
+    for file in ("train.py", "job.yaml"):
+        shutil.copy(REPO / "examples" / "digits" / file, project / file)
+    job_id = submit("--backend", name, "--spot", "--hparam", "epochs=60", "job.yaml", cwd=project)
     wait_for(lambda: _epochs(job_id) >= 3, 180, "a few epochs on the cloud's double")
-    if cloud == "vertex":
+    if name == "vertex":
         first = [j for j in server.jobs.values() if j.body["labels"]["ferry-job"] == job_id][-1]
         server.preempt(first.name)
     else:

@@ -31,24 +31,18 @@ def _ended(cloud: str, made: Any) -> bool:
     return made.status in ("Completed", "Failed", "Stopped")
 
 
-@pytest.mark.parametrize(
-    "cloud",
-    [
-        pytest.param("vertex", marks=pytest.mark.xdist_group("vertex")),
-        pytest.param("sagemaker", marks=pytest.mark.xdist_group("sagemaker")),
-    ],
-)
 def test_a_provider_job_whose_handle_was_never_recorded_is_stopped(
-    cloud: str, project: Path, request: pytest.FixtureRequest
+    cloud: tuple[str, dict[str, Any]], project: Path
 ) -> None:
     from ferry.store import open_store
 
-    server = request.getfixturevalue(f"on_{cloud}")["server"]
+    name, place = cloud
+    server = place["server"]
     release = project.parent / "release"
     (project / "job.yaml").write_text(f"command: [python, train.py, long, '{release}']\n")
-    job_id = submit("--backend", cloud, "job.yaml", cwd=project)
+    job_id = submit("--backend", name, "job.yaml", cwd=project)
     wait_for(lambda: "starting at" in job_logs(job_id), 120, "the job to start")
-    first = _made(cloud, server, job_id)[0]
+    first = _made(name, server, job_id)[0]
     store = open_store()
     store.update_attempt(job_id, 1, handle=None)  # (as if the record never came)
     supervisor = store.get_job(job_id).supervisor_pid
@@ -57,7 +51,7 @@ def test_a_provider_job_whose_handle_was_never_recorded_is_stopped(
     # the next look at the job (ferry status) finds its supervisor lost, and stops what
     # attempt 1 made
     wait_for(
-        lambda: bool(job_status(job_id)) and _ended(cloud, first),
+        lambda: bool(job_status(job_id)) and _ended(name, first),
         120,
         "the unrecorded provider job to be stopped",
         every=1.0,
@@ -67,4 +61,4 @@ def test_a_provider_job_whose_handle_was_never_recorded_is_stopped(
     status = job_status(job_id)
     assert status["attempts"][0]["status"] == "LOST", status["attempts"]
     assert status["attempts"][-1]["status"] == "SUCCEEDED"
-    assert all(_ended(cloud, made) for made in _made(cloud, server, job_id))
+    assert all(_ended(name, made) for made in _made(name, server, job_id))
