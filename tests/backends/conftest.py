@@ -63,6 +63,14 @@ SCRIPT = textwrap.dedent(
 )
 
 
+def loss_points(job_id: str) -> int:
+    """The losses the job has reported (or printed) so far."""
+    out = ferry("metrics", job_id, "--json")
+    if out.returncode != 0:
+        return 0
+    return sum(m["points"] for m in json.loads(out.stdout) if m["name"] == "loss")
+
+
 @pytest.fixture(scope="session")
 def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A Ray head on this machine, started as Ferry starts one (``ray.address`` unset):

@@ -68,7 +68,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from tests.backends.vertex_server import image_python
+from tests.backends.vertex_server import image_python, stop_with_grace
 
 ACCOUNT = "123456789012"
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
@@ -296,14 +296,7 @@ class SageMakerServer:
         if proc is None or proc.poll() is not None:
             return
 
-        def stop() -> None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(self.grace)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-
-        threading.Thread(target=stop, daemon=True).start()
+        stop_with_grace(proc, self.grace)
 
     # -- a job's life -------------------------------------------------------------------
 

@@ -12,19 +12,12 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ferry, job_logs, job_status, submit, wait_for
+from tests.backends.conftest import loss_points
+from tests.conftest import job_logs, job_status, submit, wait_for
 
 pytestmark = [pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _epochs(job_id: str) -> int:
-    """The epochs the job has printed so far (its printed loss, as metrics)."""
-    out = ferry("metrics", job_id, "--json")
-    if out.returncode != 0:
-        return 0
-    return sum(m["points"] for m in json.loads(out.stdout) if m["name"] == "loss")
 
 
 def test_the_digits_example_is_preempted_once_and_still_finishes(
@@ -35,7 +28,8 @@ def test_the_digits_example_is_preempted_once_and_still_finishes(
     for file in ("train.py", "job.yaml"):
         shutil.copy(REPO / "examples" / "digits" / file, project / file)
     job_id = submit("--backend", name, "--spot", "--hparam", "epochs=60", "job.yaml", cwd=project)
-    wait_for(lambda: _epochs(job_id) >= 3, 180, "a few epochs on the cloud's double")
+    # (one loss point a printed epoch)
+    wait_for(lambda: loss_points(job_id) >= 3, 180, "a few epochs on the cloud's double")
     if name == "vertex":
         first = [j for j in server.jobs.values() if j.body["labels"]["ferry-job"] == job_id][-1]
         server.preempt(first.name)

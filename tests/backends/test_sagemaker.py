@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.backends.conftest import loss_points
 from tests.backends.sagemaker_server import SageMakerServer
 from tests.conftest import (
     assert_one_line_error,
@@ -235,7 +236,7 @@ def test_a_spot_interruption_resumes_from_the_checkpoint_in_a_new_training_job(
         "checkpoint: {paths: [step.txt]}\nlimits: {max_runtime: 2h, max_pending: 40m}\n"
     )
     job_id = submit("--backend", "sagemaker", "job.yaml", cwd=project)
-    wait_for(lambda: _steps(job_id) >= 8, 120, "a few reported steps")
+    wait_for(lambda: loss_points(job_id) >= 8, 120, "a few reported steps")
     first = _job_of(server, job_id)
     # SageMaker restarts the job by itself soon after: the interruption is in its history
     server.interrupt(first.name, restart_after=0.2)
@@ -260,14 +261,6 @@ def test_a_spot_interruption_resumes_from_the_checkpoint_in_a_new_training_job(
     resumed = [line for line in ferry(*second).stdout.splitlines() if "starting at" in line]
     assert int(resumed[0].split()[-1]) >= 8, resumed
     assert len(_jobs_of(server, job_id)) == 2
-
-
-def _steps(job_id: str) -> int:
-    """The steps the job has reported so far."""
-    out = ferry("metrics", job_id, "--json")
-    if out.returncode != 0:
-        return 0
-    return sum(m["points"] for m in json.loads(out.stdout) if m["name"] == "loss")
 
 
 def test_no_capacity_passes_the_offering_over_and_tries_the_next(

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.backends.conftest import loss_points
 from tests.backends.vertex_server import VertexServer
 from tests.conftest import (
     assert_one_line_error,
@@ -154,7 +155,7 @@ def test_a_preempted_spot_job_resumes_from_its_checkpoint(
         "checkpoint: {paths: [step.txt]}\n"
     )
     job_id = submit("--backend", "vertex", "job.yaml", cwd=project)
-    wait_for(lambda: _steps(job_id) >= 8, 120, "a few reported steps")
+    wait_for(lambda: loss_points(job_id) >= 8, 120, "a few reported steps")
     first = _job_of(server, job_id)
     server.preempt(first.name)
     second = ("logs", job_id, "--attempt", "2")
@@ -170,14 +171,6 @@ def test_a_preempted_spot_job_resumes_from_its_checkpoint(
     assert "starting at 0" in first_log
     resumed = [line for line in second_log.splitlines() if "starting at" in line]
     assert int(resumed[0].split()[-1]) >= 8, resumed
-
-
-def _steps(job_id: str) -> int:
-    """The steps the job has reported so far."""
-    out = ferry("metrics", job_id, "--json")
-    if out.returncode != 0:
-        return 0
-    return sum(m["points"] for m in json.loads(out.stdout) if m["name"] == "loss")
 
 
 def test_no_capacity_passes_the_offering_over_and_tries_the_next(

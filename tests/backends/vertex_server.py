@@ -80,6 +80,20 @@ def image_python(root: Path) -> Path:
     return python
 
 
+def stop_with_grace(proc: subprocess.Popen[bytes], grace: float) -> None:
+    """What a provider does to a machine it takes back: SIGTERM to the command's process
+    group, SIGKILL after ``grace`` seconds (on a thread: the caller goes on)."""
+
+    def stop() -> None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+    threading.Thread(target=stop, daemon=True).start()
+
+
 @dataclass
 class Job:
     """One custom job the server holds."""
@@ -275,14 +289,7 @@ class VertexServer:
         if proc is None or proc.poll() is not None:
             return
 
-        def stop() -> None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(self.grace)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-
-        threading.Thread(target=stop, daemon=True).start()
+        stop_with_grace(proc, self.grace)
 
     # -- a job's life -------------------------------------------------------------------
 
