@@ -14,6 +14,11 @@ HEARTBEAT_GRACE = 10.0
 # How long a job gets between SIGTERM and SIGKILL when it is stopped (cancel, max_runtime).
 STOP_GRACE = 30.0  # as a GCP spot VM gives; SageMaker gives 120 s
 
+# A cloud attempt told to stop gets this long after its grace to send its last checkpoints
+# and outputs, before the provider's job is cancelled (by the controller; for a gang of
+# several machines, node 0 gives up on a node then too).
+CLOUD_UPLOAD_ALLOWANCE = 300.0
+
 # A code snapshot larger than this is refused (config: snapshot.max_size).
 MAX_SNAPSHOT_BYTES = 200 * 1000**2
 

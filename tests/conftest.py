@@ -155,9 +155,9 @@ def job_status(job_id: str) -> dict[str, Any]:
     return data
 
 
-def submit(*args: str, cwd: Path | str) -> str:
-    """`ferry run --detach ...`; returns the job id."""
-    result = ferry("run", "--detach", *args, cwd=cwd)
+def submit(*args: str, cwd: Path | str, env: dict[str, str] | None = None) -> str:
+    """`ferry run --detach ...` (with ``env`` added to its variables); returns the job id."""
+    result = ferry("run", "--detach", *args, cwd=cwd, env=env)
     assert result.returncode == 0, result.stderr
     return result.stdout.strip()
 

@@ -27,7 +27,7 @@ import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ferry import config
+from ferry import config, defaults
 from ferry.backends.base import Exit, LaunchRequest, RunningAttempt, exit_of
 from ferry.errors import DoesNotFit, FerryError, SpecError
 from ferry.units import format_duration
@@ -40,10 +40,14 @@ if TYPE_CHECKING:
 RUNS_PREFIX = ".ferry/runs"  # in the job's bucket: the run folders of remote attempts
 DEFAULT_MAX_PENDING = 30 * 60.0  # s a cloud attempt may wait for its machine
 POLL_EVERY = 2.0  # s between looks at the provider's job and the run folder
-UPLOAD_ALLOWANCE = 300.0  # s after the grace before the provider's job is cancelled
+UPLOAD_ALLOWANCE = defaults.CLOUD_UPLOAD_ALLOWANCE  # s after the grace, then the cancel
 _UNREACHABLE_LOST = 600.0  # s without an answer from the provider before it counts as lost
 CANCEL_AGAIN = 30.0  # s between cancels of a job that has not ended
 _LAST_COPY_WITHIN = 120.0  # s an ended job's last lines are waited for (the bucket failing)
+# a gang's job still running this long after its recorded end is cancelled (a machine
+# left running by a node 0 that gave up on it), looked at this often
+_ENDED_BUT_RUNNING = 120.0
+_LOOK_FOR_END_EVERY = 30.0
 # a process following many attempts asks about each less often: ~1/_POLL_SHARE looks a second
 _POLL_SHARE = 0.05
 _following: weakref.WeakSet[CloudRun] = weakref.WeakSet()
@@ -149,7 +153,8 @@ class CloudRun(RunningAttempt):
         self.option = option
         self.grace = grace
         self._place = _Place(folder)
-        self._mirror = RunMirror(folder, job.plan.resources.nodes, log_path, metrics_path)
+        self._nodes = job.plan.resources.nodes
+        self._mirror = RunMirror(folder, self._nodes, log_path, metrics_path)
         self._exit: Exit | None = None
         self._launched = time.monotonic()
         self._next_look = 0.0
@@ -160,6 +165,8 @@ class CloudRun(RunningAttempt):
         self._cancelled: float | None = None  # when a cancel was last asked for
         self._ending: tuple[Seen, float] | None = None  # ended, its last lines still to copy
         self._max_pending = job.plan.limits.max_pending or DEFAULT_MAX_PENDING
+        self._recorded_end: float | None = None  # when the gang's end was seen recorded
+        self._looked_for_end = 0.0
         self._state = ""  # the provider's last state, said in the events when it changes
         self._phase = Seen.PENDING  # the provider's last phase
         self._said: list[str] = []
@@ -232,6 +239,8 @@ class CloudRun(RunningAttempt):
             return None
         if self._stopped is not None and seen.phase == Seen.PENDING:
             self._cancel_at = min(self._cancel_at or now, now)  # no runner to give a grace
+        if seen.phase == Seen.RUNNING and self._nodes > 1 and self._cancel_at is None:
+            self._left_running(now)
         if self._cancel_at is not None and now >= self._cancel_at:
             again = self._cancelled is not None and now - self._cancelled < CANCEL_AGAIN
             if not again:
@@ -253,6 +262,25 @@ class CloudRun(RunningAttempt):
             return self._end(Exit(Exit.NO_CAPACITY, None, reason))
         return None
 
+    def _left_running(self, now: float) -> None:
+        """A gang whose end is recorded while the provider's job runs on (node 0 gave up
+        on a machine that would not stop): cancelled once that has lasted a while. The end
+        stands as recorded."""
+        if now - self._looked_for_end < _LOOK_FOR_END_EVERY:
+            return
+        self._looked_for_end = now
+        state = None
+        with contextlib.suppress(FerryError):
+            state = self._mirror.reader.state()
+        if state is None or not state.ended:
+            return
+        if self._recorded_end is None:
+            self._recorded_end = now
+        elif now - self._recorded_end > _ENDED_BUT_RUNNING:
+            self._said.append("the gang's end is recorded, yet its job still runs: cancelling")
+            self._stopped = self._cancel_at = now  # (ended as recorded, not by this cancel)
+            self._cancel_now()
+
     def _copy(self, now: float) -> bool:
         """Copy the run folder's news here; whether it could be read."""
         try:
@@ -265,8 +293,7 @@ class CloudRun(RunningAttempt):
     def _end(self, ended: Exit) -> Exit:
         self._exit = ended
         _following.discard(self)
-        with contextlib.suppress(FerryError):  # (read once by a runner; never left behind)
-            self._place.remove(SECRETS_NAME)
+        forget_secrets(self.folder, self._nodes)  # (read once by a runner; never left behind)
         return ended
 
     def _give_up(self) -> None:
@@ -400,7 +427,6 @@ class Refused(RunningAttempt):
 
 
 STOPPED_NAME = "stopped"  # (ferry.runner.record.STOPPED, without importing the runner here)
-SECRETS_NAME = "secrets.json"  # (ferry.runner.run.SECRETS)
 
 
 def env_for(job: Job, base_env: dict[str, str]) -> dict[str, str]:
@@ -421,13 +447,22 @@ def provider_timeout(plan: Plan, grace: float) -> float:
     return float(config.get("cloud.max_runtime"))
 
 
-def forget_secrets(folder: str) -> None:
-    """Remove the job's secrets from a run folder no runner will read."""
+def secrets_folders(folder: str, nodes: int) -> list[str]:
+    """Where the job's secrets wait for the runners of an attempt whose run folder is
+    ``folder``: beside its order, or beside each node's share of it in a gang."""
+    from ferry.runner.nodes import node_folder
+
+    return [node_folder(folder, n) for n in range(nodes)] if nodes > 1 else [folder]
+
+
+def forget_secrets(folder: str, nodes: int = 1) -> None:
+    """Remove the job's secrets from a run folder (and its nodes') no runner will read."""
     from ferry.runner.record import _Place
     from ferry.runner.run import SECRETS
 
-    with contextlib.suppress(FerryError):
-        _Place(folder).remove(SECRETS)
+    for each in secrets_folders(folder, nodes):
+        with contextlib.suppress(FerryError):
+            _Place(each).remove(SECRETS)
 
 
 def write_order(
@@ -435,13 +470,19 @@ def write_order(
 ) -> None:
     """The runner's order, and the job's secrets beside it, in the run folder.
     ``machine_changes`` replace fields of the order's machine plan (where the provider
-    puts the inputs, say)."""
+    puts the inputs, say). A gang's order has a host for each node, named by the
+    provider on the machines (:mod:`ferry.runner.cloud_gang`), and the secrets wait in
+    each node's folder, for its runner."""
     from ferry.runner.order import RunOrder
     from ferry.runner.record import _Place
     from ferry.runner.run import SECRETS
 
+    plan = request.job.plan
+    nodes = plan.resources.nodes
     machine = dict(request.machine or {})
     machine["requirements_into"] = "interpreter"  # the framework container's own Python
+    if nodes > 1:  # how long the machines wait for each other
+        machine["max_pending"] = plan.limits.max_pending or DEFAULT_MAX_PENDING
     machine.update(machine_changes or {})
     RunOrder(
         attempt=request.attempt,
@@ -450,9 +491,11 @@ def write_order(
         env={},
         grace=request.grace,
         procs_per_node=request.procs_per_node,
+        hosts=["127.0.0.1"] if nodes == 1 else ["?"] * nodes,
         machine=machine,
         echo=True,  # (the provider's log shows the job's output too)
     ).write(folder)
-    secrets = {k: request.env[k] for k in request.job.plan.secrets if k in request.env}
+    secrets = {k: request.env[k] for k in plan.secrets if k in request.env}
     if secrets:
-        _Place(folder).put(SECRETS, json.dumps(secrets).encode())
+        for each in secrets_folders(folder, nodes):
+            _Place(each).put(SECRETS, json.dumps(secrets).encode())

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import abc
 import contextlib
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -199,17 +198,19 @@ class CloudBackend(Backend):
         folder: str,
         option: Option,
         said: list[str],
+        nodes: int = 1,
     ) -> Made | Refused:
         """Send the request (``create``). Refused for quota: the offering is passed over
         and the attempt ends at its first poll as no capacity. Any other failure: the run
         folder is told to stop (a job made after all ends at once) and the error raised.
-        The job's secrets leave the run folder unless the job was made."""
+        The job's secrets leave the run folder (its ``nodes``' folders) unless the job was
+        made."""
         from ferry.runner.record import STOPPED, _Place
 
         try:
             return create()
         except ProviderError as exc:
-            forget_secrets(folder)
+            forget_secrets(folder, nodes)
             if not exc.quota:
                 raise
             from ferry.catalog.optimizer import block
@@ -220,7 +221,7 @@ class CloudBackend(Backend):
         except BaseException:
             with contextlib.suppress(FerryError):
                 _Place(folder).put(STOPPED, b"")
-            forget_secrets(folder)
+            forget_secrets(folder, nodes)
             raise
 
     def reattach(
@@ -251,7 +252,7 @@ class CloudBackend(Backend):
             _Place(folder).put(STOPPED, b"")
         with contextlib.suppress(FerryError):
             self.end_provider_job(str(handle))
-        forget_secrets(folder)
+        forget_secrets(folder, job.plan.resources.nodes)
 
     def unrecorded(self, job: Job, attempt: int) -> list[str]:
         """The handles of the provider's jobs still running for attempt ``attempt`` of
@@ -262,17 +263,12 @@ class CloudBackend(Backend):
 
     def outputs_sent(self, job: Job, attempt: int, handle: str | None) -> list[Any] | None:
         from ferry.runner.machine import OUTPUTS
-        from ferry.runner.record import RunFolderReader
+        from ferry.runner.nodes import outputs_listed
 
         folder = folder_of(handle)
         if not folder:
             return None
-        try:
-            data = RunFolderReader(folder).get(OUTPUTS)
-            found = json.loads(data) if data is not None else None
-        except (FerryError, ValueError):
-            return None
-        return found if isinstance(found, list) else None
+        return outputs_listed(folder, job.plan.resources.nodes, OUTPUTS)
 
 
 def folder_of(handle: str | None) -> str:

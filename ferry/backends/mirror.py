@@ -19,7 +19,7 @@ class RunMirror:
     copied into ``log_path`` and ``metrics_path``."""
 
     def __init__(self, folder: str, nodes: int, log_path: str, metrics_path: str) -> None:
-        from ferry.runner.ray_gang import node_folder
+        from ferry.runner.nodes import node_folder
 
         self.reader = RunFolderReader(folder)
         # the attempt's own record, and each node's runner's in a gang

@@ -393,27 +393,15 @@ class RayBackend(Backend):
 
     def outputs_sent(self, job: Job, attempt: int, handle: str | None) -> list[Any] | None:
         from ferry.runner.machine import OUTPUTS
-        from ferry.runner.ray_gang import node_folder
-        from ferry.runner.record import RunFolderReader
+        from ferry.runner.nodes import outputs_listed
 
         submission_id = _parse_handle(handle or "")[0]
-        nodes = job.plan.resources.nodes
         for local in (True, False):  # (where the cluster ran it is not recorded)
             if not local and not submission_id:
                 break
             folder = run_folder(job, attempt, submission_id, local)
-            folders = [node_folder(folder, n) for n in range(nodes)] if nodes > 1 else [folder]
-            listed: list[Any] = []
-            for each in folders:
-                try:
-                    data = RunFolderReader(each).get(OUTPUTS)
-                    found = json.loads(data) if data is not None else None
-                except (FerryError, ValueError):
-                    found = None
-                if not isinstance(found, list):
-                    break
-                listed += found
-            else:
+            listed = outputs_listed(folder, job.plan.resources.nodes, OUTPUTS)
+            if listed is not None:
                 return listed
         return None
 

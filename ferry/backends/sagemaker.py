@@ -205,7 +205,9 @@ def _latest(data: dict[str, Any]) -> str:
 
 
 def _on_demand(option: Option | None, nodes: int) -> float | None:
-    """USD per hour SageMaker bills its billable seconds at: the on-demand price."""
+    """USD per hour SageMaker bills its billable seconds at: the on-demand price of every
+    instance (``BillableTimeInSeconds`` counts one instance's seconds; SageMaker's docs
+    multiply it by ``InstanceCount`` for a job of several)."""
     if option is None:
         return None
     from ferry.backends.registry import service_markup
@@ -245,6 +247,7 @@ class SageMakerBackend(CloudBackend):
             "inputs.mount",
             "inputs.stream",
             "outputs.remote",
+            "resources.nodes",
             "resources.spot",
             "environment.requirements",
             "environment.image",
@@ -386,7 +389,7 @@ class SageMakerBackend(CloudBackend):
         if chosen.note:
             said.append(chosen.note)
         write_order(request, folder, _machine_changes(request, inputs))
-        made = self.send(lambda: jobs.create(body), folder, option, said)
+        made = self.send(lambda: jobs.create(body), folder, option, said, job.plan.resources.nodes)
         if not isinstance(made, dict):
             return made  # (refused for quota)
         console = sagemaker_request.console_url(where, name)

@@ -361,6 +361,7 @@ class VertexBackend(CloudBackend):
             "inputs.remote",
             "inputs.stream",
             "outputs.remote",
+            "resources.nodes",
             "resources.spot",
             "resources.tpu",
             "environment.requirements",
@@ -373,6 +374,15 @@ class VertexBackend(CloudBackend):
 
         _require_sdk()
         outputs = self.check_place(spec, outputs)
+        acc = spec.resources.accelerator_request
+        if spec.resources.nodes > 1 and acc is not None and acc.is_tpu:
+            from ferry.errors import Unsupported
+
+            raise Unsupported(
+                f"Vertex AI runs a TPU slice ({acc}) as one replica whose hosts come with its "
+                f"topology, not as resources.nodes ({spec.resources.nodes}) replicas",
+                "ask for a larger slice with nodes: 1, such as accelerator: tpu-v5e-16",
+            )
         plan = Plan.of(spec.to_json())
         option = choose(self.placed(plan, outputs), self.name)
         target_for(plan, option, project() or PLACEHOLDER_PROJECT)  # (the image: refused early)
@@ -465,7 +475,8 @@ class VertexBackend(CloudBackend):
             said.append(target.note)
         parent = vertex_request.parent(chosen, region)
         write_order(request, folder)
-        made = self.send(lambda: jobs.create(parent, body), folder, option, said)
+        nodes = job.plan.resources.nodes
+        made = self.send(lambda: jobs.create(parent, body), folder, option, said, nodes)
         if not isinstance(made, dict):
             return made  # (refused for quota)
         name = str(made["name"])

@@ -8,7 +8,10 @@ a wrong enum or type is an error), so a request Ferry sends is one the API reads
 What each part of the spec becomes:
 
 - one worker pool of ``replicaCount`` 1 whose ``machineSpec`` is the chosen offering's
-  machine (GPUs, or a TPU slice with its ``tpuTopology``), with a ``diskSpec``;
+  machine (GPUs, or a TPU slice with its ``tpuTopology``), with a ``diskSpec``; a job of
+  ``resources.nodes`` N adds a second pool of N-1 replicas alike (Vertex AI's primary
+  replica is node 0 of the gang, the second pool's follow, as ``CLUSTER_SPEC`` lists
+  them: :mod:`ferry.runner.cloud_gang`);
 - ``pythonPackageSpec``: the provider's prebuilt framework image runs Ferry's wheel
   (``packageUris``, which Vertex AI pip-installs) as ``python -m ferry.runner.cloud
   RUN_FOLDER CODE``; with ``environment.image`` a ``containerSpec`` runs the same through
@@ -118,8 +121,11 @@ def custom_job(
             "args": [run_folder, code],
             "env": variables,
         }
+    pools = [pool]
+    if plan.resources.nodes > 1:  # the other nodes: replicas of the same machine and code
+        pools.append({**pool, "replicaCount": str(plan.resources.nodes - 1)})
     spec: dict[str, Any] = {
-        "workerPoolSpecs": [pool],
+        "workerPoolSpecs": pools,
         "scheduling": {
             "strategy": "SPOT" if target.spot else "STANDARD",
             "timeout": f"{max(1, int(timeout))}s",

@@ -6,50 +6,18 @@ It brings the job's code snapshot (``CODE``: the archive's URI in the job's buck
 the file a SageMaker channel put on the machine), unpacks it into a fresh folder, and runs
 the attempt's order from there with the runner (:mod:`ferry.runner.run`), whose record
 in ``RUN_FOLDER`` is what the controller follows. Code that cannot be brought ends the
-attempt as not started, with the reason, in the same record.
+attempt as not started, with the reason, in the same record. One machine of several (an
+order with several hosts) runs its share of the gang (:mod:`ferry.runner.cloud_gang`).
 """
 
 from __future__ import annotations
 
 import os
 import sys
-import tempfile
-from pathlib import Path
 
 from ferry.errors import FerryError
 
 USAGE = "usage: python -m ferry.runner.cloud RUN_FOLDER CODE_ARCHIVE"
-
-
-def bring_code(code: str, work: Path) -> Path:
-    """The job's code, unpacked under ``work``; returns its folder. Raises FerryError."""
-    from ferry.packaging.bundle import extract
-    from ferry.storage.failures import bucket_errors
-    from ferry.storage.locations import parse_uri
-    from ferry.storage.registry import filesystem
-
-    place = parse_uri(code)
-    if place.is_local:
-        archive = Path(place.path)
-        if archive.is_dir():  # a channel's folder: the one archive in it
-            found = sorted(archive.glob("*.tar.gz"))
-            if len(found) != 1:
-                raise FerryError(
-                    f"{archive} holds {len(found)} code archives, not one",
-                    "submit the job again",
-                )
-            archive = found[0]
-        if not archive.is_file():
-            raise FerryError(f"the job's code archive {archive} is not there", "submit again")
-    else:
-        archive = work / "code.tar.gz"
-        with bucket_errors(place, context="the job's code"):
-            filesystem(place.protocol).get_file(place.path, str(archive))
-    target = work / "code"
-    extract(archive, target)
-    if not place.is_local:
-        archive.unlink()
-    return target
 
 
 def ensure_storage(folder: str) -> str:
@@ -82,8 +50,8 @@ def ensure_storage(folder: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     from ferry.runner import run
+    from ferry.runner.code import code_or_end
     from ferry.runner.order import RunOrder
-    from ferry.runner.record import RunFolderWriter
 
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2 or any(a.startswith("-") for a in args):
@@ -94,21 +62,17 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"ferry: {missing}", file=sys.stderr, flush=True)
         return 1
-    work = Path(tempfile.mkdtemp(prefix="ferry-attempt-"))
     try:
-        where = bring_code(code, work)
-    except (FerryError, OSError) as exc:
-        from ferry.runner.record import _Place
+        order = RunOrder.read(folder)
+    except FerryError as exc:
+        print(f"ferry: {exc}", file=sys.stderr, flush=True)
+        return 1
+    if len(order.hosts) > 1:  # one machine of several: see ferry.runner.cloud_gang
+        from ferry.runner import cloud_gang
 
-        why = f"the job's code could not be brought to the machine: {exc}"
-        print(f"ferry: {why}", file=sys.stderr, flush=True)
-        try:
-            _Place(folder).remove(run.SECRETS)
-            order = RunOrder.read(folder)
-            record = RunFolderWriter(folder, order.attempt, announce=False)
-            record.end(None, run.NOT_STARTED, why)
-        except FerryError as again:
-            print(f"ferry: and its run folder could not be written: {again}", file=sys.stderr)
+        return cloud_gang.main(folder, code, order)
+    where = code_or_end(folder, code, order.attempt)
+    if where is None:
         return 1
     os.chdir(where)  # the order's working folder is "." : the code
     print(f"ferry: code of the job in {where}; starting its runner", file=sys.stderr, flush=True)

@@ -65,7 +65,7 @@ class Machine:
     gpus: int = 0  # this node's GPUs
     sync_interval: float = 30.0  # s between sends of checkpoints and TensorBoard logs
     scratch: str = ""  # where the attempt's folders go on the machine (default: temp)
-    # a gang over several nodes (ferry.runner.ray_gang): how long to wait for them, and
+    # a gang over several nodes (ferry.runner.ray_gang, cloud_gang): how long to wait for them, and
     # the platform's resources each node's share holds besides CPUs and GPUs
     max_pending: float = 600.0
     resources: dict[str, float] = field(default_factory=dict)

@@ -33,18 +33,17 @@ import time
 from dataclasses import replace
 from typing import Any
 
+from ferry.runner.nodes import (
+    PROVIDER_FAILED,
+    Failure,
+    failed_of_itself,
+    failure_of,
+    gang_end,
+    node_folder,
+)
 from ferry.runner.order import RunOrder
 from ferry.runner.record import RUNNING, STARTING, RunFolderReader, RunFolderWriter, _Place
-from ferry.runner.run import EXITED, NOT_STARTED, SECRETS
-
-PREEMPTED = "preempted"  # a node died under the gang
-PROVIDER_FAILED = "provider_failed"  # the cluster could not place the gang
-NODE = "node-{}"  # a node's run folder, under the gang's
-
-
-def node_folder(folder: str, node: int) -> str:
-    """The run folder of node ``node``'s runner, under the gang's ``folder``."""
-    return f"{folder.rstrip('/')}/{NODE.format(node)}"
+from ferry.runner.run import NOT_STARTED, SECRETS
 
 
 def bundle(order: RunOrder) -> dict[str, float]:
@@ -184,16 +183,14 @@ def _follow(
     folder: str, tasks: list[Any], record: RunFolderWriter, asked: list[int], grace: float
 ) -> tuple[int | None, str, str | None]:
     """Until every node's runner has ended: the notice to all, a failing or lost node
-    stopping the others. Returns the gang's (exit code, outcome, reason): a lost node's
-    (the others' failures follow from it), else the node whose rank failed first. (The
-    node seen failing first need not be it: a rank that leaves makes its peers fail
-    within milliseconds, and their node's runner may end sooner than its own.)"""
+    stopping the others. Returns the gang's (exit code, outcome, reason), as
+    :func:`ferry.runner.nodes.gang_end` picks it."""
     import ray
 
     pending = list(tasks)
     index = {task: node for node, task in enumerate(tasks)}
     cancelled: set[Any] = set()
-    failures: dict[int, tuple[str, int | None, str, float]] = {}  # how, code, reason, when
+    failures: dict[int, Failure] = {}
 
     def stop_others(why: str) -> None:
         with contextlib.suppress(Exception):  # (the record may fail: the notice may not)
@@ -214,23 +211,25 @@ def _follow(
                     ray.get(task)
                 except Exception as exc:  # its node died, or its worker was killed
                     if task in cancelled:  # (stopped here: its runner recorded its end)
-                        _failed_of_itself(folder, node, failures, grace)
+                        failed_of_itself(folder, node, failures, grace)
                         continue
                     why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-                    failures[node] = ("lost", None, why, time.time())
+                    failures[node] = Failure(True, None, why, time.time())
                     if first:
                         stop_others(f"node {node} was lost")
                     continue
                 if task in cancelled:  # (it may have failed before it was stopped)
-                    _failed_of_itself(folder, node, failures, grace)
+                    failed_of_itself(folder, node, failures, grace)
                     continue
                 state = RunFolderReader(node_folder(folder, node)).state()
-                if state is not None and state.outcome == EXITED and state.exit_code == 0:
+                failed = (
+                    Failure(False, None, "no end recorded", time.time())
+                    if state is None or not state.ended
+                    else failure_of(state, stopped=False)
+                )
+                if failed is None:
                     continue
-                code = state.exit_code if state is not None else None
-                reason = (state.reason if state is not None else None) or "no end recorded"
-                when = (state.failed_at if state is not None else None) or time.time()
-                failures[node] = ("failed", code, reason, when)
+                failures[node] = failed
                 if first and pending:
                     stop_others(f"node {node} failed")
             if asked and any(task not in cancelled for task in pending):
@@ -246,44 +245,7 @@ def _follow(
         with contextlib.suppress(Exception):
             ray.wait(pending, num_returns=len(pending), timeout=60)
         raise
-    if not failures:
-        return 0, EXITED, None
-    node, (how, code, said, _) = min(
-        failures.items(), key=lambda item: (item[1][0] != "lost", item[1][3])
-    )
-    if how == "lost" and not asked:
-        return None, PREEMPTED, f"node {node} of the gang was lost ({said})"
-    if how == "lost":
-        return -signal.SIGKILL, EXITED, f"node {node}: its runner was lost ({said})"
-    if code is None:
-        return None, PROVIDER_FAILED, f"node {node}: {said}"
-    return code, EXITED, f"node {node}: {said}"
-
-
-def _failed_of_itself(
-    folder: str,
-    node: int,
-    failures: dict[int, tuple[str, int | None, str, float]],
-    within: float,
-) -> None:
-    """A stopped node whose rank had failed before the stop reached it: a failure too.
-    Its runner may still be recording its end when Ray reports the task stopped (a
-    process holding its rank's output keeps it): that end is waited for, ``within``
-    seconds at most."""
-    reader = RunFolderReader(node_folder(folder, node))
-    deadline = time.monotonic() + within
-    while True:
-        state = None
-        with contextlib.suppress(Exception):
-            state = reader.state()
-        if state is not None and state.ended:
-            if state.failed_at is not None:
-                reason = state.reason or "no reason recorded"
-                failures[node] = ("failed", state.exit_code, reason, state.failed_at)
-            return
-        if state is None or time.monotonic() >= deadline:
-            return
-        time.sleep(0.2)
+    return gang_end(failures, bool(asked))
 
 
 if __name__ == "__main__":

@@ -370,7 +370,8 @@ def _watch(
                 tick()
             record.beat(RUNNING, pids=pids)
             next_beat = now + defaults.HEARTBEAT_INTERVAL
-            if record.remote and not notice.asked and record.stopped():
+            told = record.remote or len(order.hosts) > 1  # (a gang's node 0 tells its nodes)
+            if told and not notice.asked and record.stopped():
                 # a cloud's own stop may come late or be abrupt: the controller's word in
                 # the bucket is the notice, with the whole grace to save and send
                 notice.asked = signal.SIGTERM

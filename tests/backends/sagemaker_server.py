@@ -68,7 +68,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from tests.backends.vertex_server import image_python, stop_with_grace
+from ferry.contract.container_paths import wrap
+from tests.backends.machines import image_python, names_here, start, stop_with_grace, wait_all
 
 ACCOUNT = "123456789012"
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
@@ -89,8 +90,9 @@ class Job:
     started: float | None = None  # its container
     ended: float | None = None
     transitions: list[dict[str, Any]] = field(default_factory=list)
-    proc: subprocess.Popen[bytes] | None = None
-    log: Path | None = None
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)  # one per instance
+    vms: list[Path] = field(default_factory=list)  # the instances of its last start
+    failed: int = 0  # the instance that failed first
     stopping: bool = False
     interrupted: bool = False
     restart_after: float | None = None  # s after an interruption before it starts again
@@ -278,7 +280,7 @@ class SageMakerServer:
             job.stopping = True
             job.status = "Stopping"
             self._transition(job, "Stopping", "Stopping the training job")
-            if job.proc is None:  # no container yet: nothing to stop
+            if not job.procs:  # no container yet: nothing to stop
                 self._finish(job, "Stopped", "Stopped", "")
         self._signal(job)
         return 200, {}
@@ -292,11 +294,9 @@ class SageMakerServer:
         self._signal(job)
 
     def _signal(self, job: Job) -> None:
-        proc = job.proc
-        if proc is None or proc.poll() is not None:
-            return
-
-        stop_with_grace(proc, self.grace)
+        for proc in job.procs:
+            if proc.poll() is None:
+                stop_with_grace(proc, self.grace)
 
     # -- a job's life -------------------------------------------------------------------
 
@@ -326,14 +326,13 @@ class SageMakerServer:
         if job.status in _ENDED:  # (stopped before its container started)
             return
         failure = ""
-        opt_ml = self.root / f"vm-{job.name}-{job.runs}" / "opt_ml"
-        with_failure = opt_ml / "output" / "failure"
+        with_failure = job.vms[job.failed] / "opt_ml" / "output" / "failure"
         if with_failure.is_file():
             failure = with_failure.read_text(errors="replace").strip()
         with self._lock:
             if job.interrupted:
                 self._transition(job, "Interrupted", "Training job interrupted (spot)")
-                job.proc = None
+                job.procs = []
                 job.interrupted = False
                 if job.stopping:
                     self._finish(job, "Stopped", "Stopped", "")
@@ -358,20 +357,42 @@ class SageMakerServer:
         self._life(job, "run")
 
     def _run(self, job: Job, behaviour: str) -> int:
-        """What the instance runs; returns the container's exit code."""
-
-        from ferry.contract.container_paths import wrap
-
+        """What the job's instances run (``InstanceCount`` of them: algo-1, algo-2 ...);
+        returns the exit code of the container that failed first, else 0."""
         job.runs += 1
-        vm = self.root / f"vm-{job.name}-{job.runs}"  # (a fresh instance each start)
+        count = int(job.body["ResourceConfig"].get("InstanceCount") or 1)
+        hosts = [f"algo-{n + 1}" for n in range(count)]
+        with self._lock:
+            self._transition(job, "Downloading", "Downloading input data")
+        job.vms = [
+            # (a fresh instance each start)
+            self.root / f"vm-{job.name}-{job.runs}" / (host if count > 1 else "")
+            for host in hosts
+        ]
+        machines = [
+            self._instance(job, behaviour, vm, hosts, host)
+            for vm, host in zip(job.vms, hosts, strict=True)
+        ]
+        with self._lock:
+            if job.stopping:  # (stopped while the instances got ready)
+                return -signal.SIGTERM
+            job.procs = start(machines, home=False)
+            job.started = time.time()
+            self._transition(
+                job, "Training", "Training image download completed. Training in progress."
+            )
+        code, job.failed = wait_all(job.procs, self.grace)
+        return code
+
+    def _instance(
+        self, job: Job, behaviour: str, vm: Path, hosts: list[str], host: str
+    ) -> tuple[list[str], dict[str, str], Path]:
+        """One instance made ready (its ``/opt/ml``): its command, variables and folder."""
         opt_ml = vm / "opt_ml"
         for sub in ("home", "tmp", "mnt"):
             (vm / sub).mkdir(parents=True)
         python = image_python(vm)  # a fresh instance: nothing installed by another
-        job.log = vm / "log.txt"
         s3 = self._client("s3", job.region)
-        with self._lock:
-            self._transition(job, "Downloading", "Downloading input data")
         config = opt_ml / "input" / "config"
         config.mkdir(parents=True)
         for channel in job.body.get("InputDataConfig", []):
@@ -393,8 +414,8 @@ class SageMakerServer:
         files = {
             "hyperparameters.json": job.body.get("HyperParameters", {}),
             "resourceconfig.json": {
-                "current_host": "algo-1",
-                "hosts": ["algo-1"],
+                "current_host": host,
+                "hosts": hosts,
                 "current_instance_type": job.body["ResourceConfig"]["InstanceType"],
                 "current_group_name": "homogeneousCluster",
                 "network_interface_name": "eth0",
@@ -433,18 +454,10 @@ class SageMakerServer:
             "PIP_NO_INDEX": "1",  # (no network here: pip finds the image's packages)
             **job.body.get("Environment", {}),
         }
-        wrapped = wrap(argv, "/opt/ml/code", vm / "mnt", [(str(opt_ml), "/opt/ml")])
-        with open(job.log, "ab") as log, self._lock:
-            if job.stopping:  # (stopped while the instance got ready)
-                return -signal.SIGTERM
-            job.proc = subprocess.Popen(
-                wrapped, env=env, stdout=log, stderr=log, start_new_session=True
-            )
-            job.started = time.time()
-            self._transition(
-                job, "Training", "Training image download completed. Training in progress."
-            )
-        return job.proc.wait()
+        binds = [(str(opt_ml), "/opt/ml")]
+        if len(hosts) > 1:  # each instance reaches the others by their names
+            binds.append(names_here(vm, hosts))
+        return wrap(argv, "/opt/ml/code", vm / "mnt", binds), env, vm
 
     def _download(self, s3: Any, bucket: str, prefix: str, target: Path) -> None:
         """The objects under ``prefix``, as a channel is laid out (as SageMaker's local
@@ -464,18 +477,21 @@ class SageMakerServer:
             s3.download_file(bucket, key, str(into))
 
     def _send_logs(self, job: Job) -> None:
-        """The container's output to CloudWatch Logs, as SageMaker's agent sends it."""
-        if job.log is None or not job.log.exists():
-            return
+        """Each container's output to CloudWatch Logs, as SageMaker's agent sends it (a
+        stream per instance)."""
         logs = self._client("logs", job.region)
         with contextlib.suppress(logs.exceptions.ResourceAlreadyExistsException):
             logs.create_log_group(logGroupName=LOG_GROUP)
-        stream = f"{job.name}/algo-1-{int(job.created)}-{job.runs}"
-        logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName=stream)
-        lines = job.log.read_text(errors="replace").splitlines() or [""]
-        now = int(time.time() * 1000)
-        events = [{"timestamp": now, "message": line} for line in lines[-1000:]]
-        logs.put_log_events(logGroupName=LOG_GROUP, logStreamName=stream, logEvents=events)
+        for n, vm in enumerate(job.vms):
+            log = vm / "log.txt"
+            if not log.exists():
+                continue
+            stream = f"{job.name}/algo-{n + 1}-{int(job.created)}-{job.runs}"
+            logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName=stream)
+            lines = log.read_text(errors="replace").splitlines() or [""]
+            now = int(time.time() * 1000)
+            events = [{"timestamp": now, "message": line} for line in lines[-1000:]]
+            logs.put_log_events(logGroupName=LOG_GROUP, logStreamName=stream, logEvents=events)
 
     def _client(self, service: str, region: str) -> Any:
         import boto3
@@ -503,8 +519,9 @@ class SageMakerServer:
 
     def close(self) -> None:
         for job in self.jobs.values():
-            if job.proc is not None and job.proc.poll() is None:
-                os.killpg(job.proc.pid, signal.SIGKILL)
+            for proc in job.procs:
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
         self.httpd.shutdown()
 
 

@@ -12,7 +12,6 @@ import os
 import signal
 import sys
 import tempfile
-import textwrap
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +21,7 @@ import pytest
 
 from ferry.backends.ray_cluster import dashboard_url
 from ferry.backends.ray_jobs import zip_folder
-from tests.backends.conftest import SCRIPT
+from tests.backends.conftest import GANG, SCRIPT
 from tests.conftest import (
     assert_one_line_error,
     ferry,
@@ -366,46 +365,6 @@ def test_the_code_package_depends_on_the_files_only(tmp_path: Path) -> None:
     assert zip_folder(folder) == (data, digest)
     (folder / "train.py").write_text("print(2)\n")
     assert zip_folder(folder)[1] != digest
-
-
-# A gang over two nodes: each rank adds its rank + 1 through gloo (a real all-reduce across
-# the nodes), says so, then steps; rank 0 keeps its step in step.txt (checkpoint.paths), so
-# a resumed gang starts after it.
-GANG = textwrap.dedent(
-    """
-    import os, signal, sys, time
-    from pathlib import Path
-    import torch, torch.distributed as dist
-    dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    total = torch.tensor([float(rank + 1)])
-    dist.all_reduce(total)
-    node = os.environ["NODE_RANK"]
-    gpus = os.environ.get("CUDA_VISIBLE_DEVICES")
-    print(f"rank {rank} of {world} on node {node}: sum {total.item():g} gpus {gpus}", flush=True)
-    start = int(Path("step.txt").read_text()) if Path("step.txt").exists() else 0
-    print(f"starting at {start}", flush=True)
-    if len(sys.argv) > 1 and sys.argv[1] == "fail":
-        if rank == 1:
-            print("rank 1 gives up", flush=True)
-            # what it leaves holding its output (not its gloo socket) keeps node 1's runner
-            # a few seconds longer than node 0's, whose rank 0 fails at once, its peer gone
-            import subprocess
-            deaf = "import signal as s, time; s.signal(s.SIGTERM, s.SIG_IGN); time.sleep(4)"
-            subprocess.Popen([sys.executable, "-c", deaf])
-            time.sleep(0.5)
-            sys.exit(3)
-        dist.barrier()  # fails once rank 1 has left, or waits: the gang must be stopped
-    steps = int(sys.argv[1]) if len(sys.argv) > 1 else 0
-    for step in range(start, steps):
-        time.sleep(0.2)
-        if rank == 0:  # renamed into place: whole whenever it is taken
-            Path("step.tmp").write_text(str(step + 1))
-            os.replace("step.tmp", "step.txt")
-    dist.destroy_process_group()
-    print("done", flush=True)
-    """
-)
 
 
 @pytest.fixture

@@ -210,7 +210,7 @@ def test_cancel_reaches_the_runner_through_the_bucket(
     assert "notice at" in job_logs(job_id)  # it was told, and answered, before it ended
     job = _job_of(server, job_id)
     wait_for(lambda: job.status in ("Completed", "Stopped"), 30, "its end")
-    assert job.proc is not None and job.proc.poll() is not None  # nothing left running
+    assert job.procs and all(p.poll() is not None for p in job.procs)  # nothing left running
 
 
 def test_cancel_stops_a_job_still_waiting_for_its_instance_at_once(
@@ -223,7 +223,7 @@ def test_cancel_stops_a_job_still_waiting_for_its_instance_at_once(
     assert ferry("cancel", job_id).returncode == 0
     wait_for(lambda: job_status(job_id)["status"] == "CANCELLED", 30, "the cancel")
     job = _job_of(server, job_id)
-    assert job.status == "Stopped" and job.proc is None  # stopped; its container never ran
+    assert job.status == "Stopped" and not job.procs  # stopped; its container never ran
 
 
 def test_a_spot_interruption_resumes_from_the_checkpoint_in_a_new_training_job(

@@ -129,7 +129,7 @@ def test_cancel_reaches_the_runner_through_the_bucket(
     assert "notice at" in job_logs(job_id)  # it was told, and answered, before it ended
     job = _job_of(server, job_id)
     wait_for(lambda: job.state in ("JOB_STATE_SUCCEEDED", "JOB_STATE_CANCELLED"), 30, "its end")
-    assert job.proc is not None and job.proc.poll() is not None  # nothing left running
+    assert job.procs and all(p.poll() is not None for p in job.procs)  # nothing left running
 
 
 def test_cancel_ends_a_job_still_waiting_for_its_machine_at_once(
@@ -142,7 +142,7 @@ def test_cancel_ends_a_job_still_waiting_for_its_machine_at_once(
     assert ferry("cancel", job_id).returncode == 0
     wait_for(lambda: job_status(job_id)["status"] == "CANCELLED", 30, "the cancel")
     job = _job_of(server, job_id)
-    assert job.cancelled and job.proc is None  # cancelled on Vertex AI; its command never ran
+    assert job.cancelled and not job.procs  # cancelled on Vertex AI; its command never ran
 
 
 def test_a_preempted_spot_job_resumes_from_its_checkpoint(

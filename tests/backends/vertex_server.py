@@ -22,19 +22,23 @@ What it simulates, over HTTP as the REST API serves ``JobServiceClient(transport
   (``/v1beta1/projects/P/services/…/consumerQuotaMetrics/METRIC``, with ``quotaBuckets``
   by region from ``quotas``, a 404 for one it does not have) and IAM's service accounts
   (``/v1/projects/-/serviceAccounts/EMAIL``: found when in ``service_accounts``).
-- **Spot preemption** (:meth:`VertexServer.preempt`): SIGTERM to the command, SIGKILL
-  after ``grace``, then FAILED with code 8 and a STOCKOUT message, as Vertex AI fails a
+- **Spot preemption** (:meth:`VertexServer.preempt`): SIGTERM to every replica's command,
+  SIGKILL after ``grace``, then FAILED with code 8 and a STOCKOUT message, as Vertex AI fails a
   spot job whose VM was taken back (it may also restart it; this double does not).
 
 **The provider double** runs what the request says, as Vertex AI would on a fresh VM of
-the prebuilt image: in a fresh folder, it downloads ``packageUris`` from the bucket
-emulator and pip-installs them into the "image's" Python (an interpreter whose packages
-are the test session's, Ferry excepted), then runs ``python -m pythonModule args`` (or a
-``containerSpec``'s command and args) with the request's ``env`` and the variables Vertex
-AI sets: ``CLOUD_ML_JOB_ID``, ``CLOUD_ML_PROJECT_ID``, ``CLUSTER_SPEC``, and ``AIP_MODEL_DIR``,
-``AIP_CHECKPOINT_DIR`` and ``AIP_TENSORBOARD_LOG_DIR`` from ``baseOutputDirectory``.
-The VM's access to storage is the emulator's address (``STORAGE_EMULATOR_HOST``), as a
-real VM's is its service account.
+the prebuilt image for each replica of each worker pool: in a fresh folder, it downloads
+``packageUris`` from the bucket emulator and pip-installs them into the "image's" Python
+(an interpreter whose packages are the test session's, Ferry excepted), then runs
+``python -m pythonModule args`` (or a ``containerSpec``'s command and args) with the
+request's ``env`` and the variables Vertex AI sets: ``CLOUD_ML_JOB_ID``,
+``CLOUD_ML_PROJECT_ID``, ``CLUSTER_SPEC`` (every replica's ``workerpoolN-I:PORT``, and
+this one's task), and ``AIP_MODEL_DIR``, ``AIP_CHECKPOINT_DIR`` and
+``AIP_TENSORBOARD_LOG_DIR`` from ``baseOutputDirectory``. The replicas of one job share
+this machine: their names resolve to it, and their port is one that is free here rather
+than Vertex AI's 2222. The job ends when every replica has; the first that fails has the
+others stopped (tests/backends/machines.py). The VM's access to storage is the
+emulator's address (``STORAGE_EMULATOR_HOST``), as a real VM's is its service account.
 """
 
 from __future__ import annotations
@@ -43,7 +47,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -51,47 +54,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from ferry.contract.container_paths import wrap
+from tests.backends.machines import image_python, names_here, start, stop_with_grace, wait_all
+
 RESOURCE_EXHAUSTED = 8
-
-
-def image_python(root: Path) -> Path:
-    """An interpreter standing for a prebuilt image's: a venv whose packages are this
-    session's (torch, gcsfs, pip ...) through a ``.pth``, but not Ferry, which the job's
-    request installs."""
-    import site
-    import sysconfig
-
-    folder = root / "image"
-    python = folder / "bin" / "python"
-    if python.exists():
-        return python
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
-    ours = sysconfig.get_paths()["purelib"]
-    found = sorted((folder / "lib").glob("python*/site-packages"))[0]
-    (found / "image-packages.pth").write_text(f"{ours}\n")
-    assert site  # (the .pth is read by the new interpreter's site module)
-    probe = subprocess.run(
-        [str(python), "-c", "import importlib.util as u; print(u.find_spec('ferry') is None)"],
-        capture_output=True,
-        text=True,
-        cwd=str(root),
-    )
-    assert probe.stdout.strip() == "True", probe
-    return python
-
-
-def stop_with_grace(proc: subprocess.Popen[bytes], grace: float) -> None:
-    """What a provider does to a machine it takes back: SIGTERM to the command's process
-    group, SIGKILL after ``grace`` seconds (on a thread: the caller goes on)."""
-
-    def stop() -> None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-
-    threading.Thread(target=stop, daemon=True).start()
 
 
 @dataclass
@@ -105,8 +71,8 @@ class Job:
     created: float = field(default_factory=time.time)
     started: float | None = None
     ended: float | None = None
-    proc: subprocess.Popen[bytes] | None = None
-    log: Path | None = None
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)  # one per replica
+    failed: str = "workerpool0-0"  # the replica that failed first
     cancelled: bool = False
     preempted: bool = False
 
@@ -271,7 +237,7 @@ class VertexServer:
                 return 400, _status(400, "FAILED_PRECONDITION", f"{name} has ended")
             job.cancelled = True
             job.state = "JOB_STATE_CANCELLING"
-            if job.proc is None:  # no machine yet: nothing to stop
+            if not job.procs:  # no machine yet: nothing to stop
                 job.state = "JOB_STATE_CANCELLED"
                 job.error = {"code": 1, "message": "CANCELED"}
                 job.ended = time.time()
@@ -285,11 +251,9 @@ class VertexServer:
         self._stop(job)
 
     def _stop(self, job: Job) -> None:
-        proc = job.proc
-        if proc is None or proc.poll() is not None:
-            return
-
-        stop_with_grace(proc, self.grace)
+        for proc in job.procs:
+            if proc.poll() is None:
+                stop_with_grace(proc, self.grace)
 
     # -- a job's life -------------------------------------------------------------------
 
@@ -313,32 +277,71 @@ class VertexServer:
         if job.cancelled:
             self._end(job, "JOB_STATE_CANCELLED", {"code": 1, "message": "CANCELED"})
         elif job.preempted:
-            message = "The replica workerpool0-0 was preempted: STOCKOUT (Spot VM taken back)"
+            message = f"The replica {job.failed} was preempted: STOCKOUT (Spot VM taken back)"
             self._end(job, "JOB_STATE_FAILED", {"code": RESOURCE_EXHAUSTED, "message": message})
         elif code == 0:
             self._end(job, "JOB_STATE_SUCCEEDED", None)
         else:
             message = (
-                f"The replica workerpool0-0 exited with a non-zero status of {code}. "
+                f"The replica {job.failed} exited with a non-zero status of {code}. "
                 "To find out more about why your job exited please check the logs"
             )
             self._end(job, "JOB_STATE_FAILED", {"code": 3, "message": message})
 
     def _run(self, job: Job) -> int:
-        """What the VM runs; returns its exit code."""
+        """What the job's VMs run (one per replica of each worker pool); returns the exit
+        code of the replica that failed first, else 0."""
+        from ferry.runner.run import free_port
+
+        number = job.name.rsplit("/", 1)[1]
+        spec = job.body["jobSpec"]
+        replicas = [
+            (f"workerpool{p}", index, pool)
+            for p, pool in enumerate(spec["workerPoolSpecs"])
+            for index in range(int(pool.get("replicaCount") or 1))
+        ]
+        # Vertex AI gives every replica port 2222 on a VM of its own; here they share this
+        # machine, so one port that is free on it
+        port = free_port()
+        cluster: dict[str, list[str]] = {}
+        for kind, index, _ in replicas:
+            cluster.setdefault(kind, []).append(f"{kind}-{index}:{port}")
+        names = [f"{kind}-{index}" for kind, index, _ in replicas]
+        machines = []
+        for n, (kind, index, pool) in enumerate(replicas):
+            vm = self.root / (f"vm-{number}" if len(replicas) == 1 else f"vm-{number}-{n}")
+            task = {"type": kind, "index": index}
+            made = self._machine(job, vm, pool, {"cluster": cluster, "task": task})
+            if isinstance(made, int):  # (its install failed)
+                return made
+            argv, env = made
+            if len(replicas) > 1:  # each replica reaches the others by their names
+                argv = wrap(argv, str(vm / "home"), vm / "mnt", [names_here(vm, names)])
+            machines.append((argv, env, vm))
+        with self._lock:
+            if job.cancelled:  # (cancelled while the VMs got ready)
+                return -signal.SIGTERM
+            job.procs = start(machines, home=True)
+        self._set(job, "JOB_STATE_RUNNING", started=True)
+        code, failed = wait_all(job.procs, self.grace)
+        job.failed = names[failed]
+        return code
+
+    def _machine(
+        self, job: Job, vm: Path, pool: dict[str, Any], cluster: dict[str, Any]
+    ) -> tuple[list[str], dict[str, str]] | int:
+        """One replica's VM made ready (its image, the package installed): its command and
+        variables, or the install's exit code when it failed."""
         import gcsfs
 
         number = job.name.rsplit("/", 1)[1]
-        vm = self.root / f"vm-{number}"
         (vm / "home").mkdir(parents=True)
         (vm / "tmp").mkdir()
         python = image_python(vm)  # a fresh VM: its own image, nothing installed by another
-        job.log = vm / "log.txt"
         spec = job.body["jobSpec"]
-        pool = spec["workerPoolSpecs"][0]
         base = spec.get("baseOutputDirectory", {}).get("outputUriPrefix", "").rstrip("/")
         env = {
-            "PATH": f"{python.parent}:/usr/bin:/bin",
+            "PATH": f"{python.parent}:/usr/sbin:/usr/bin:/sbin:/bin",
             "HOME": str(vm / "home"),
             "TMPDIR": str(vm / "tmp"),
             "LANG": "C.UTF-8",
@@ -346,12 +349,7 @@ class VertexServer:
             "CLOUD_ML_JOB_ID": number,
             "CLOUD_ML_PROJECT_ID": "123456789012",
             "CLUSTER_SPEC": json.dumps(
-                {
-                    "cluster": {"workerpool0": ["workerpool0-0:2222"]},
-                    "environment": "cloud",
-                    "task": {"type": "workerpool0", "index": 0},
-                    "job": json.dumps(spec),
-                }
+                {**cluster, "environment": "cloud", "job": json.dumps(spec)}
             ),
             # the VM's access to storage (a real one's: its service account)
             "STORAGE_EMULATOR_HOST": self.storage,
@@ -361,36 +359,27 @@ class VertexServer:
             env["AIP_MODEL_DIR"] = f"{base}/model/"
             env["AIP_CHECKPOINT_DIR"] = f"{base}/checkpoints/"
             env["AIP_TENSORBOARD_LOG_DIR"] = f"{base}/logs/"
-        with open(job.log, "ab") as log:
-            if "pythonPackageSpec" in pool:
-                package = pool["pythonPackageSpec"]
-                env.update({e["name"]: e["value"] for e in package.get("env", [])})
-                fs = gcsfs.GCSFileSystem(token="anon", skip_instance_cache=True)
-                local = []
-                for uri in package.get("packageUris", []):
-                    target = vm / "packages" / uri.rsplit("/", 1)[1]
-                    target.parent.mkdir(exist_ok=True)
-                    fs.get_file(uri[len("gs://") :], str(target))
-                    local.append(str(target))
-                pip = [str(python), "-m", "pip", "install", "--no-input", *local]
-                pip += ["--disable-pip-version-check", "--no-index"]  # (here: no network)
-                installed = subprocess.run(pip, env=env, cwd=vm / "home", stdout=log, stderr=log)
-                if installed.returncode:
-                    return installed.returncode
-                argv = [str(python), "-m", package["pythonModule"], *package.get("args", [])]
-            else:
-                container = pool["containerSpec"]
-                env.update({e["name"]: e["value"] for e in container.get("env", [])})
-                command = [str(python) if w == "python3" else w for w in container["command"]]
-                argv = [*command, *container.get("args", [])]
-            with self._lock:
-                if job.cancelled:  # (cancelled while the VM got ready)
-                    return -signal.SIGTERM
-                job.proc = subprocess.Popen(
-                    argv, env=env, cwd=vm / "home", stdout=log, stderr=log, start_new_session=True
-                )
-            self._set(job, "JOB_STATE_RUNNING", started=True)
-            return job.proc.wait()
+        if "pythonPackageSpec" not in pool:
+            container = pool["containerSpec"]
+            env.update({e["name"]: e["value"] for e in container.get("env", [])})
+            command = [str(python) if w == "python3" else w for w in container["command"]]
+            return [*command, *container.get("args", [])], env
+        package = pool["pythonPackageSpec"]
+        env.update({e["name"]: e["value"] for e in package.get("env", [])})
+        fs = gcsfs.GCSFileSystem(token="anon", skip_instance_cache=True)
+        local = []
+        for uri in package.get("packageUris", []):
+            target = vm / "packages" / uri.rsplit("/", 1)[1]
+            target.parent.mkdir(exist_ok=True)
+            fs.get_file(uri[len("gs://") :], str(target))
+            local.append(str(target))
+        pip = [str(python), "-m", "pip", "install", "--no-input", *local]
+        pip += ["--disable-pip-version-check", "--no-index"]  # (here: no network)
+        with open(vm / "log.txt", "ab") as log:
+            installed = subprocess.run(pip, env=env, cwd=vm / "home", stdout=log, stderr=log)
+        if installed.returncode:
+            return installed.returncode
+        return [str(python), "-m", package["pythonModule"], *package.get("args", [])], env
 
     def _set(self, job: Job, state: str, started: bool = False) -> None:
         with self._lock:
@@ -408,8 +397,9 @@ class VertexServer:
 
     def close(self) -> None:
         for job in self.jobs.values():
-            if job.proc is not None and job.proc.poll() is None:
-                os.killpg(job.proc.pid, signal.SIGKILL)
+            for proc in job.procs:
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
         self.httpd.shutdown()
 
 
