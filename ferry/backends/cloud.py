@@ -45,8 +45,9 @@ _UNREACHABLE_LOST = 600.0  # s without an answer from the provider before it cou
 CANCEL_AGAIN = 30.0  # s between cancels of a job that has not ended
 _LAST_COPY_WITHIN = 120.0  # s an ended job's last lines are waited for (the bucket failing)
 # a gang's job still running this long after its recorded end is cancelled (a machine
-# left running by a node 0 that gave up on it), looked at this often
-_ENDED_BUT_RUNNING = 120.0
+# left running by a node 0 that gave up on it; long enough for SageMaker's own upload
+# after training), looked at this often
+_ENDED_BUT_RUNNING = 600.0
 _LOOK_FOR_END_EVERY = 30.0
 # a process following many attempts asks about each less often: ~1/_POLL_SHARE looks a second
 _POLL_SHARE = 0.05
@@ -166,6 +167,7 @@ class CloudRun(RunningAttempt):
         self._ending: tuple[Seen, float] | None = None  # ended, its last lines still to copy
         self._max_pending = job.plan.limits.max_pending or DEFAULT_MAX_PENDING
         self._recorded_end: float | None = None  # when the gang's end was seen recorded
+        self._end_stands = False  # cancelled for running on after it: the end as recorded
         self._looked_for_end = 0.0
         self._state = ""  # the provider's last state, said in the events when it changes
         self._phase = Seen.PENDING  # the provider's last phase
@@ -278,7 +280,8 @@ class CloudRun(RunningAttempt):
             self._recorded_end = now
         elif now - self._recorded_end > _ENDED_BUT_RUNNING:
             self._said.append("the gang's end is recorded, yet its job still runs: cancelling")
-            self._stopped = self._cancel_at = now  # (ended as recorded, not by this cancel)
+            self._end_stands = True
+            self._cancel_at = now
             self._cancel_now()
 
     def _copy(self, now: float) -> bool:
@@ -318,7 +321,11 @@ class CloudRun(RunningAttempt):
         outside = seen.cancelled and self._stopped is None
         if state is not None and state.ended:
             ended = exit_of(state)
-            if ended.outcome == Exit.EXITED and self._stopped is None:
+            if self._end_stands:
+                return ended
+            # (a gang's node that ended before its runner started records no exit code)
+            recorded = (Exit.EXITED, Exit.PROVIDER_FAILED)
+            if ended.outcome in recorded and self._stopped is None:
                 if seen.preempted:
                     return Exit(Exit.PREEMPTED, ended.code, f"spot capacity taken back ({said})")
                 if outside:
@@ -497,5 +504,9 @@ def write_order(
     ).write(folder)
     secrets = {k: request.env[k] for k in plan.secrets if k in request.env}
     if secrets:
-        for each in secrets_folders(folder, nodes):
-            _Place(each).put(SECRETS, json.dumps(secrets).encode())
+        try:
+            for each in secrets_folders(folder, nodes):
+                _Place(each).put(SECRETS, json.dumps(secrets).encode())
+        except BaseException:  # (none left behind in the folders written before)
+            forget_secrets(folder, nodes)
+            raise

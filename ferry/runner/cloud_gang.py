@@ -27,10 +27,15 @@ lasts until the end is recorded. A node still running past the grace and the upl
 allowance after it was told to stop is left to the provider: node 0 records the end and
 exits 1, and the controller cancels a job that runs on after its recorded end.
 
-A provider may start a machine's command again on the same machine (Vertex AI restarts
-a replica after maintenance). A node whose record shows it ran before does not run
-again: node 0 then counts itself lost and stops the gang, any other node records that it
-was lost, and the attempt resumes from its checkpoint as after a preemption.
+The notice reaches a node's runner as ``stopped`` in its folder, which it looks for
+before it starts and as it beats; the provider's SIGTERM is also passed on as a signal,
+but only to a runner that has started (whose handlers are in place).
+
+A provider may start a machine's command again (Vertex AI restarts a replica that
+exited with an error, and moves one to another VM for maintenance). A node whose record
+shows it ran before does not run again: node 0 then counts itself lost and stops the
+gang, any other node records that it was lost, and the attempt resumes from its
+checkpoint as after a preemption.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -70,6 +75,7 @@ POLL = 2.0  # s between node 0's looks at the nodes' records
 ALIVE_EVERY = 10.0  # s between a machine's words that it is there
 LOST_AFTER = 120.0  # s without a word from a machine before its node counts as lost
 DEFAULT_WAIT = 600.0  # s the machines wait for each other (an order without max_pending)
+TRIES = 5  # times a write of the gang's record is tried, 2 s apart, before giving up
 
 
 @dataclass(frozen=True)
@@ -188,11 +194,54 @@ class _Alive:
             self.last = time.monotonic()
 
 
+def _state(folder: str) -> RunState | None:
+    """The state in ``folder``, asked up to ``TRIES`` times. Raises FerryError."""
+    for attempt in range(TRIES):
+        try:
+            return RunFolderReader(folder).state()
+        except FerryError:
+            if attempt == TRIES - 1:
+                raise
+            time.sleep(2.0)
+    return None  # (not reached)
+
+
+def _tried(what: str, write: Callable[[], None]) -> None:
+    """``write``, tried up to ``TRIES`` times. Raises FerryError saying ``what`` failed."""
+    for attempt in range(TRIES):
+        try:
+            write()
+            return
+        except FerryError as exc:
+            if attempt == TRIES - 1:
+                raise FerryError(f"{what} could not be written: {exc.message}") from None
+            time.sleep(2.0)
+
+
+def _signal_started(runner: subprocess.Popen[bytes] | None, folder: str) -> bool:
+    """SIGTERM to this node's runner, once it has started (its record is there, so its
+    handlers are in place): whether it was sent, or there is no runner to send it to."""
+    if runner is None or runner.poll() is not None:
+        return True
+    try:
+        started = RunFolderReader(folder).state() is not None
+    except FerryError:
+        return False
+    if started:
+        with contextlib.suppress(OSError):
+            runner.send_signal(signal.SIGTERM)
+    return started
+
+
 def _join(folder: str, code: str, order: RunOrder, where: Place, asked: list[int]) -> int:
     """A node other than 0: wait for node 0's word, then run this node's runner."""
     mine = node_folder(folder, where.rank)
-    if _ran_before(mine, order):
-        return 0
+    try:
+        if _ran_before(mine, order):
+            return 0
+    except FerryError as exc:
+        _fail_machine(f"node {where.rank} cannot read its run folder: {exc}")
+        return 1
     root, own, alive = _Place(folder), _Place(mine), _Alive(mine)
     deadline = time.monotonic() + _wait(order)
     port = None
@@ -222,12 +271,10 @@ def _join(folder: str, code: str, order: RunOrder, where: Place, asked: list[int
 
 
 def _ran_before(folder: str, order: RunOrder) -> bool:
-    """Whether this node ran on this machine before (the provider started the command
-    again): its end is then recorded, as lost where it was not, and it runs no more."""
-    try:
-        state = RunFolderReader(folder).state()
-    except FerryError:  # (not known: it runs)
-        return False
+    """Whether this node ran before (the provider started the command again): its end is
+    then recorded, as lost where it was not, and it runs no more. Raises FerryError when
+    its record cannot be read."""
+    state = _state(folder)
     if state is None:
         return False
     if not state.ended:
@@ -281,16 +328,20 @@ def _until_ended(
     asked: list[int],
     alive: _Alive,
 ) -> None:
-    """Wait for this node's runner, passing the provider's SIGTERM on and saying the
-    machine is there; a runner that ended without recording its end (it crashed) has it
-    recorded for it."""
-    passed = 0
+    """Wait for this node's runner, passing the provider's SIGTERM on (``stopped`` in its
+    folder, and the signal once it has started) and saying the machine is there; a runner
+    that ended without recording its end (it crashed) has it recorded for it."""
+    told = signalled = False
+    last = 0.0
     while runner.poll() is None:
         alive.say()
-        if len(asked) > passed:
-            passed = len(asked)
-            with contextlib.suppress(OSError):
-                runner.send_signal(signal.SIGTERM)
+        if asked and time.monotonic() - last >= POLL:
+            last = time.monotonic()
+            if not told:
+                with contextlib.suppress(FerryError):
+                    _Place(folder).put(STOPPED, b"")
+                    told = True
+            signalled = signalled or _signal_started(runner, folder)
         with contextlib.suppress(subprocess.TimeoutExpired):
             runner.wait(timeout=0.5)
     for _ in range(5):  # (the bucket may not answer at once)
@@ -310,10 +361,11 @@ def _record_if_silent(runner: subprocess.Popen[bytes], folder: str, order: RunOr
         return False
     if state is not None and state.ended:
         return True
-    why = f"its runner ended without recording the end (exit code {runner.returncode})"
+    code = runner.returncode
+    why = f"its runner ended without recording the end (exit code {code})"
     _say(why)
     with contextlib.suppress(FerryError):
-        RunFolderWriter(folder, order.attempt, announce=False).end(None, EXITED, why)
+        RunFolderWriter(folder, order.attempt, announce=False).end(code, EXITED, why)
     return True
 
 
@@ -334,6 +386,8 @@ class _Lead:
         self.by_provider = False  # ... and it was the provider's SIGTERM, not Ferry's stop
         self.stop_by: float | None = None  # (monotonic) when the told nodes should have ended
         self.runner: subprocess.Popen[bytes] | None = None
+        self.signalled = True  # the provider's SIGTERM passed on to node 0's runner
+        self.signals = 0  # the provider's SIGTERMs taken
         self.silent_checked = False
         self.record: RunFolderWriter
 
@@ -341,22 +395,26 @@ class _Lead:
         from ferry.runner.run import NOT_STARTED, free_port
 
         try:
-            before = RunFolderReader(self.folder).state()
-        except FerryError:
-            before = None
-        if before is not None:  # the provider started this machine's command again
-            return self._again(before)
-        self.record = RunFolderWriter(self.folder, self.order.attempt)  # (the gang's: starting)
-        if self.record.stopped() or self.asked:
-            self.to_tell = set(range(self.nodes))
-            self._tell()
-            _not_started(node_folder(self.folder, 0), self.order, "stopped before it started")
-            self.record.end(None, NOT_STARTED, "stopped before it started")
-            return 0
-        port = self.where.port or free_port()
-        hosts = list(self.where.hosts)
-        _Place(self.folder).put(GANG, json.dumps({"hosts": hosts, "port": port}).encode())
-        self.record.event(
+            before = _state(self.folder)
+            if before is not None:  # the provider started this machine's command again
+                return self._again(before)
+            self.record = RunFolderWriter(self.folder, self.order.attempt)  # (starting)
+            if self.record.stopped() or self.asked:
+                self.to_tell = set(range(self.nodes))
+                for _ in range(TRIES):
+                    if self._tell():
+                        break
+                    time.sleep(2.0)
+                _not_started(node_folder(self.folder, 0), self.order, "stopped before it started")
+                return self._end(None, NOT_STARTED, "stopped before it started")
+            port = self.where.port or free_port()
+            hosts = list(self.where.hosts)
+            said = json.dumps({"hosts": hosts, "port": port}).encode()
+            _tried("gang.json", lambda: _Place(self.folder).put(GANG, said))
+        except FerryError as exc:  # (nothing has started: the provider ends the job)
+            _fail_machine(f"node 0 cannot keep the gang's record: {exc}")
+            return 1
+        self._event(
             f"the gang's {self.nodes} nodes: {', '.join(hosts)}; MASTER_ADDR {hosts[0]}:{port}"
         )
         try:
@@ -364,13 +422,23 @@ class _Lead:
         except FerryError as exc:
             why = f"its runner could not be started: {exc}"
             _not_started(node_folder(self.folder, 0), self.order, why)
-        self.record.beat(RUNNING)
+        with contextlib.suppress(FerryError):
+            self.record.beat(RUNNING)
         stuck = self._follow()
         if self.runner is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.runner.wait(timeout=30)
-        self.record.end(*gang_end(self.failures, self.noticed))
-        return 1 if stuck else 0
+        return self._end(*gang_end(self.failures, self.noticed)) or (1 if stuck else 0)
+
+    def _end(self, code: int | None, outcome: str, reason: str | None) -> int:
+        """Record the gang's end (tried again while the bucket does not answer): 0, or 1
+        when it could not be."""
+        try:
+            _tried("the gang's end", lambda: self.record.end(code, outcome, reason))
+        except FerryError as exc:
+            _fail_machine(f"node 0: {exc}")
+            return 1
+        return 0
 
     def _again(self, before: RunState) -> int:
         """This machine ran node 0 before: the gang's end stands where it is recorded;
@@ -384,8 +452,7 @@ class _Lead:
         self.failures[0] = Failure(True, None, why, time.time())
         self._stop(self.pending | {0}, f"node 0: {why}: stopping the gang's other nodes")
         stuck = self._follow()
-        self.record.end(*gang_end(self.failures, self.noticed))
-        return 1 if stuck else 0
+        return self._end(*gang_end(self.failures, self.noticed)) or (1 if stuck else 0)
 
     def _follow(self) -> bool:
         """Until every node has ended (or was given up on): the notice passed on, a node
@@ -398,6 +465,8 @@ class _Lead:
         while self.pending:
             self._take_notice()
             self._tell()
+            if not self.signalled:
+                self.signalled = _signal_started(self.runner, folders[0])
             runner = self.runner
             ended = runner is not None and runner.poll() is not None
             if ended and runner is not None and 0 in self.pending and not self.silent_checked:
@@ -408,8 +477,8 @@ class _Lead:
                 except FerryError:  # (the bucket did not answer: asked again)
                     continue
                 if state is not None and state.ended:
-                    self.pending.discard(node)
-                    failed = self._failure(node, state)
+                    failed = self._failure(node, state)  # (while it is pending: a notice
+                    self.pending.discard(node)  # taken now counts it as told)
                     if failed is not None:
                         self._failed(node, failed)
             if time.monotonic() - last_look >= ALIVE_EVERY:
@@ -428,17 +497,26 @@ class _Lead:
                 with contextlib.suppress(FerryError):
                     self.record.beat(RUNNING)
                 time.sleep(POLL)
+        for _ in range(TRIES):  # (a node given up on hears it, should it come back)
+            if self._tell():
+                break
+            time.sleep(2.0)
         return False
 
     def _failure(self, node: int, state: RunState) -> Failure | None:
         """How ``node``, which has ended, failed (if it did). An end that would count is
         weighed again once the notice is looked for: a node that saw the controller's
         stop before this did ended as stopped, not failed."""
-        failed = failure_of(state, stopped=node in self.to_tell and not self.by_provider)
+        failed = failure_of(state, stopped=self._stopped(node))
         if failed is not None and not self.noticed:
             self._take_notice()
-            failed = failure_of(state, stopped=node in self.to_tell and not self.by_provider)
+            failed = failure_of(state, stopped=self._stopped(node))
         return failed
+
+    def _stopped(self, node: int) -> bool:
+        """Whether ``node`` was stopped by Ferry (the gang, or the controller's notice):
+        after the provider's own SIGTERM, a node's exit code stands."""
+        return not self.by_provider and (node in self.to_tell or self.noticed)
 
     def _failed(self, node: int, failed: Failure) -> None:
         first = not self.failures
@@ -465,7 +543,14 @@ class _Lead:
 
     def _take_notice(self) -> None:
         """The notice, once it comes (``stopped`` from the controller, or the provider's
-        SIGTERM to this machine): passed on to every node still running."""
+        SIGTERM to this machine): passed on to every node still running. The provider's
+        SIGTERM is also passed on to node 0's runner as a signal, and leaves the nodes a
+        little less than the grace to end (the provider's SIGKILL follows it)."""
+        if len(self.asked) > self.signals:
+            self.signals = len(self.asked)
+            self.signalled = False
+            soon = time.monotonic() + max(5.0, self.order.grace - 5.0)
+            self.stop_by = min(self.stop_by or soon, soon)
         if self.noticed:
             return
         stopped = self.record.stopped()
@@ -473,9 +558,6 @@ class _Lead:
             return
         self.noticed = True
         self.by_provider = not stopped
-        if self.asked and self.runner is not None and self.runner.poll() is None:
-            with contextlib.suppress(OSError):  # (the provider's signal: at once)
-                self.runner.send_signal(signal.SIGTERM)
         self._stop(self.pending, f"notice: stopping the gang's {len(self.pending)} nodes")
 
     def _stop(self, nodes: set[int], said: str) -> None:
@@ -488,13 +570,14 @@ class _Lead:
         by = time.monotonic() + wait
         self.stop_by = min(self.stop_by or by, by)
 
-    def _tell(self) -> None:
+    def _tell(self) -> bool:
         """Write ``stopped`` into the folders of the nodes to stop that do not say so yet
-        (a write that fails is tried again at the next look)."""
+        (a write that fails is tried again at the next look); whether all say so now."""
         for node in sorted(self.to_tell - self.told):
             with contextlib.suppress(FerryError):
                 _Place(node_folder(self.folder, node)).put(STOPPED, b"")
                 self.told.add(node)
+        return self.to_tell <= self.told
 
     def _event(self, message: str) -> None:
         with contextlib.suppress(FerryError):  # (the record may fail: the stop may not)

@@ -165,3 +165,31 @@ def test_a_node_stopped_before_the_gang_met_ends_as_not_started(tmp_path: Path) 
     assert _run(machine).returncode == 0
     ended = RunFolderReader(node_folder(machine["folder"], 1)).state()
     assert ended is not None and ended.reason == "stopped before it started", ended
+
+
+def test_the_providers_own_sigterm_leaves_the_nodes_exit_codes_standing(tmp_path: Path) -> None:
+    """A stop that did not come from Ferry (the provider's time limit, maintenance) is not
+    a clean end: the gang's end is its nodes' own."""
+    import signal
+    import time
+
+    from ferry.runner.record import RunFolderWriter
+
+    machine = _machine(tmp_path, "import time\nprint('up', flush=True)\ntime.sleep(60)\n", 0, 60)
+    folder = machine["folder"]
+    RunFolderWriter(node_folder(folder, 1), 1).end(0, "exited")  # (node 1 is done)
+    lead = subprocess.Popen(
+        [sys.executable, "-m", "ferry.runner.cloud", folder, machine["code"]],
+        env=machine["env"],
+    )
+    node = RunFolderReader(node_folder(folder, 0))
+    deadline = time.monotonic() + 30
+    while (state := node.state()) is None or state.state != "running":
+        assert time.monotonic() < deadline, "node 0's runner did not start"
+        time.sleep(0.2)
+    lead.send_signal(signal.SIGTERM)
+    assert lead.wait(timeout=60) in (0, 1)
+    gang = RunFolderReader(folder).state()
+    assert gang is not None and gang.outcome == "exited", gang
+    assert gang.exit_code == -signal.SIGTERM and gang.reason.startswith("node 0: "), gang
+    assert "notice: stopping the gang's 1 nodes" in RunFolderReader(folder).read("events").decode()
