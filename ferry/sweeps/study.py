@@ -1,0 +1,175 @@
+"""A sweep's Optuna study: what it optimizes (``--objective val_loss:min``), how it draws
+trials (``--sampler``) and cuts them short (``--pruner``), kept in Ferry's home with
+Optuna's RDB storage on SQLite (``FERRY_HOME/sweeps.db``), so that a sweep whose driver
+was killed goes on with the same study and the same trials.
+
+Optuna is imported here, so only what runs a sweep imports this module.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from ferry.errors import UsageError
+from ferry.sweeps.params import Param
+
+SAMPLERS = ("tpe", "random", "grid", "cmaes", "qmc")
+PRUNERS = ("median", "hyperband", "none")
+STUDIES = "sweeps.db"  # in FERRY_HOME: every sweep's study
+_METRIC = re.compile(r"[A-Za-z_][A-Za-z0-9_./-]*")
+Direction = Literal["minimize", "maximize"]
+_DIRECTIONS: dict[str, Direction] = {
+    "min": "minimize",
+    "max": "maximize",
+    "minimize": "minimize",
+    "maximize": "maximize",
+}
+
+
+@dataclass(frozen=True)
+class Objective:
+    """The metric a sweep optimizes, and which way."""
+
+    metric: str
+    direction: Direction
+
+    @property
+    def short(self) -> str:
+        return "min" if self.direction == "minimize" else "max"
+
+    def describe(self) -> str:
+        return f"{self.metric}:{self.short}"
+
+
+def parse_objective(text: str) -> Objective:
+    """``METRIC:min`` or ``METRIC:max``. Raises UsageError naming what is wrong."""
+    metric, colon, way = text.strip().rpartition(":")
+    if not colon:
+        raise UsageError(
+            f"--objective {text!r} does not say which way is better",
+            f"add :min or :max, e.g. --objective {text.strip() or 'val_loss'}:min",
+        )
+    if not _METRIC.fullmatch(metric):
+        raise UsageError(
+            f"--objective {text!r}: {metric!r} is not a metric name",
+            "name a metric the script reports, e.g. --objective val_loss:min",
+        )
+    direction = _DIRECTIONS.get(way.lower())
+    if direction is None:
+        raise UsageError(
+            f"--objective {text!r}: {way!r} is neither min nor max",
+            f"e.g. --objective {metric}:min",
+        )
+    return Objective(metric, direction)
+
+
+@dataclass(frozen=True)
+class Search:
+    """What a sweep searches, and how."""
+
+    params: tuple[Param, ...]
+    objective: Objective
+    sampler: str = "tpe"
+    pruner: str = "median"
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.sampler not in SAMPLERS:
+            raise UsageError(
+                f"--sampler {self.sampler!r} is not one Ferry has",
+                f"choose one of {', '.join(SAMPLERS)}",
+            )
+        if self.pruner not in PRUNERS:
+            raise UsageError(
+                f"--pruner {self.pruner!r} is not one Ferry has",
+                f"choose one of {', '.join(PRUNERS)}",
+            )
+        if self.sampler == "grid":
+            self.space()  # (a range a grid cannot cover is refused now)
+
+    def space(self) -> dict[str, list[Any]]:
+        """The grid: every value of each parameter. Raises UsageError (see Param.grid)."""
+        return {p.name: p.grid() for p in self.params}
+
+    def grid_size(self) -> int | None:
+        """How many trials the grid has (None: not a grid search)."""
+        if self.sampler != "grid":
+            return None
+        size = 1
+        for values in self.space().values():
+            size *= len(values)
+        return size
+
+    def make_sampler(self) -> Any:
+        import optuna
+
+        samplers = optuna.samplers
+        if self.sampler == "grid":
+            return _grid(self.space(), self.seed)
+        if self.sampler == "random":
+            return samplers.RandomSampler(seed=self.seed)
+        if self.sampler == "cmaes":  # (choices are drawn at random beside it)
+            return samplers.CmaEsSampler(seed=self.seed, warn_independent_sampling=False)
+        if self.sampler == "qmc":
+            import warnings
+
+            with warnings.catch_warnings():  # (Optuna calls it experimental)
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return samplers.QMCSampler(seed=self.seed, warn_independent_sampling=False)
+        return samplers.TPESampler(seed=self.seed)
+
+    def make_pruner(self) -> Any:
+        import optuna
+
+        if self.pruner == "median":  # (the first five trials run whole, as the baseline)
+            return optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=1)
+        if self.pruner == "hyperband":
+            return optuna.pruners.HyperbandPruner()
+        return optuna.pruners.NopPruner()
+
+    def values(self, trial: Any) -> dict[str, Any]:
+        """The hyperparameters of the Optuna trial ``trial``, drawn now."""
+        return {p.name: p.suggest(trial) for p in self.params}
+
+
+def _grid(space: dict[str, list[Any]], seed: int | None) -> Any:
+    """Optuna's grid sampler, but for its stop of an optimize loop once the grid is done:
+    a sweep asks and tells (there is no loop to stop, and Optuna raises), and ends at the
+    grid's size itself."""
+    import optuna
+
+    class Grid(optuna.samplers.GridSampler):
+        def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
+            return None
+
+    return Grid(space, seed=seed)
+
+
+def storage_url(home: Path) -> str:
+    """Where the studies are: Optuna's RDB storage on SQLite in Ferry's home."""
+    return f"sqlite:///{home / STUDIES}"
+
+
+def open_study(name: str, search: Search, home: Path) -> Any:
+    """The study ``name`` in Ferry's home, made the first time (a sweep started again
+    goes on with its trials)."""
+    import logging
+
+    import optuna
+
+    optuna.logging.set_verbosity(logging.WARNING)  # (Ferry says what happens itself)
+    storage = optuna.storages.RDBStorage(
+        storage_url(home),
+        engine_kwargs={"connect_args": {"timeout": 30}},  # (several drivers share the file)
+    )
+    return optuna.create_study(
+        storage=storage,
+        study_name=name,
+        sampler=search.make_sampler(),
+        pruner=search.make_pruner(),
+        direction=search.objective.direction,
+        load_if_exists=True,
+    )
