@@ -47,6 +47,7 @@ COMMANDS = {
     "cost": "cost_cmd",
     "budget": "budget_cmd",
     "check": "check_cmd",
+    "sweep": "sweep_cmd",
 }
 
 

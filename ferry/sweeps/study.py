@@ -8,6 +8,7 @@ Optuna is imported here, so only what runs a sweep imports this module.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,20 +154,28 @@ def storage_url(home: Path) -> str:
     return f"sqlite:///{home / STUDIES}"
 
 
-def open_study(name: str, search: Search, home: Path) -> Any:
-    """The study ``name`` in Ferry's home, made the first time (a sweep started again
-    goes on with its trials)."""
+@functools.cache
+def storage(home: Path) -> Any:
+    """The studies' storage in Ferry's home, made once per process (making it reads and
+    checks the file's schema: a quarter of a second)."""
     import logging
 
     import optuna
 
     optuna.logging.set_verbosity(logging.WARNING)  # (Ferry says what happens itself)
-    storage = optuna.storages.RDBStorage(
+    return optuna.storages.RDBStorage(
         storage_url(home),
         engine_kwargs={"connect_args": {"timeout": 30}},  # (several drivers share the file)
     )
+
+
+def open_study(name: str, search: Search, home: Path) -> Any:
+    """The study ``name`` in Ferry's home, made the first time (a sweep started again
+    goes on with its trials)."""
+    import optuna
+
     return optuna.create_study(
-        storage=storage,
+        storage=storage(home),
         study_name=name,
         sampler=search.make_sampler(),
         pruner=search.make_pruner(),

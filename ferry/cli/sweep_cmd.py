@@ -1,0 +1,236 @@
+"""``ferry sweep``: a hyperparameter search whose trials are Ferry jobs.
+
+``ferry sweep JOB.yaml --param … --trials N --parallel P --objective METRIC:min`` runs
+one; ``ferry sweep ls``, ``status SWEEP``, ``best SWEEP`` show them, and ``resume SWEEP``
+goes on with one whose driver was stopped or killed."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from ferry.cli._common import add_command, whole_number
+
+EXAMPLE = """\
+  ferry sweep job.yaml --param lr=loguniform:1e-4:1e-1 --param batch=choice:32,64,128 \\
+      --param layers=int:2:6 --trials 40 --parallel 4 --objective val_loss:min
+  ferry sweep ls
+  ferry sweep status digits-sw3f2a
+  ferry sweep best digits-sw3f2a --json
+  ferry sweep resume digits-sw3f2a
+"""
+ACTIONS = ("ls", "status", "best", "resume")
+
+
+def register(subparsers: Any) -> None:
+    p = add_command(
+        subparsers,
+        "sweep",
+        help="search hyperparameters: trials as jobs, pruned early, best first",
+        description="Search a job's hyperparameters with Optuna. Each trial is an ordinary "
+        "job of the spec, on its backend, with the trial's values as hyperparameters; "
+        "the objective is a metric the script reports or prints. A trial whose reports "
+        "the pruner finds hopeless gets the stop notice and ends PRUNED. The study is "
+        "kept in Ferry's home, so a sweep whose driver was stopped goes on with "
+        "ferry sweep resume. Parameters: NAME=loguniform:LOW:HIGH, uniform:LOW:HIGH[:STEP], "
+        "int:LOW:HIGH[:STEP], logint:LOW:HIGH, choice:A,B,C.",
+        example=EXAMPLE,
+    )
+    p.add_argument(
+        "target",
+        nargs="+",
+        metavar="SPEC | ls | status SWEEP | best SWEEP | resume SWEEP",
+        help="a job spec to sweep, or what to do with sweeps",
+    )
+    p.add_argument("--param", action="append", default=[], metavar="NAME=KIND:ARGS")
+    p.add_argument("--trials", type=whole_number, default=20, help="trials in all (20)")
+    p.add_argument("--parallel", type=whole_number, default=1, help="trials at once (1)")
+    p.add_argument("--objective", metavar="METRIC:min|max", help="e.g. val_loss:min")
+    p.add_argument("--sampler", default="tpe", help="tpe, random, grid, cmaes or qmc (tpe)")
+    p.add_argument("--pruner", default="median", help="median, hyperband or none (median)")
+    p.add_argument("--seed", type=int, help="the sampler's seed, for a search that repeats")
+    p.add_argument("--json", action="store_true", help="print JSON for scripts")
+    p.set_defaults(handler=sweep)
+
+
+def sweep(args: argparse.Namespace) -> int:
+    from ferry.errors import UsageError
+
+    action, *rest = args.target
+    if action == "ls":
+        return _ls(args)
+    if action in ACTIONS:
+        if len(rest) != 1:
+            raise UsageError(
+                f"ferry sweep {action} takes one sweep id",
+                f"e.g. ferry sweep {action} digits-sw3f2a",
+            )
+        return {"status": _status, "best": _best, "resume": _resume}[action](args, rest[0])
+    if rest:
+        raise UsageError(
+            f"ferry sweep takes one spec, not {len(args.target)} words",
+            "e.g. ferry sweep job.yaml --param lr=loguniform:1e-4:1e-1 --objective loss:min",
+        )
+    return _new(args, action)
+
+
+def _new(args: argparse.Namespace, path: str) -> int:
+    from ferry import config
+    from ferry.errors import UsageError
+    from ferry.spec import load_spec
+    from ferry.sweeps.params import parse_params
+    from ferry.sweeps.study import Search, parse_objective
+
+    if not args.objective:
+        raise UsageError("a sweep needs --objective", "e.g. --objective val_loss:min")
+    search = Search(
+        tuple(parse_params(args.param)),
+        parse_objective(args.objective),
+        args.sampler,
+        args.pruner,
+        args.seed,
+    )
+    spec = load_spec(path)
+    from ferry.sweeps.driver import create
+
+    sweep, study = create(spec, search, args.trials, args.parallel, config.ferry_home())
+    return _drive(args, sweep, study)
+
+
+def _resume(args: argparse.Namespace, sweep_id: str) -> int:
+    from ferry import config
+    from ferry.sweeps.driver import load
+
+    return _drive(args, *load(sweep_id, config.ferry_home()))
+
+
+def _drive(args: argparse.Namespace, sweep: Any, study: Any) -> int:
+    import sys
+
+    from ferry.cli._common import store_now
+    from ferry.followers import start
+    from ferry.sweeps.driver import Driver
+
+    def say(line: str) -> None:
+        print(f"ferry: {line}", file=sys.stderr, flush=True)
+
+    say(
+        f"sweep {sweep.id}: {sweep.total} trials, {sweep.parallel} at once, objective "
+        f"{sweep.search.objective.describe()} (go on with: ferry sweep resume {sweep.id})"
+    )
+    outcome = Driver(sweep, study, store_now(), start, say).run()
+    return _best(args, sweep.id, ended=outcome.stopped)
+
+
+def _ls(args: argparse.Namespace) -> int:
+    from ferry import config
+    from ferry.sweeps.driver import SETTINGS
+
+    home = config.ferry_home()
+    rows: list[dict[str, Any]] = []
+    from ferry.sweeps.study import STUDIES
+
+    if (home / STUDIES).exists():
+        import optuna
+
+        from ferry.sweeps.study import storage
+
+        for summary in optuna.get_all_study_summaries(storage(home)):
+            settings = summary.user_attrs.get(SETTINGS) or {}
+            best = summary.best_trial
+            rows.append(
+                {
+                    "sweep": summary.study_name,
+                    "trials": summary.n_trials,
+                    "of": settings.get("trials"),
+                    "objective": settings.get("objective"),
+                    "best": best.value if best is not None else None,
+                    "started": summary.datetime_start.isoformat()
+                    if summary.datetime_start
+                    else None,
+                }
+            )
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        print("no sweeps yet: ferry sweep job.yaml --param … --objective METRIC:min")
+        return 0
+    print(f"{'SWEEP':<24} {'TRIALS':>8}  {'OBJECTIVE':<20} BEST")
+    for r in rows:
+        shown = "-" if r["best"] is None else f"{r['best']:g}"
+        trials = f"{r['trials']}/{r['of'] or '?'}"
+        print(f"{r['sweep']:<24} {trials:>8}  {r['objective'] or '':<20} {shown}")
+    return 0
+
+
+def _status(args: argparse.Namespace, sweep_id: str) -> int:
+    from ferry import config
+    from ferry.sweeps.driver import load, table
+
+    sweep, study = load(sweep_id, config.ferry_home())
+    rows = table(sweep, study)
+    if args.json:
+        print(
+            json.dumps(
+                {"sweep": sweep.id, **sweep.settings(), "trials": rows}, indent=2, default=str
+            )
+        )
+        return 0
+    metric = sweep.search.objective.describe()
+    print(f"sweep {sweep.id}: {len(rows)} of {sweep.total} trials, objective {metric}")
+    names = [p.name for p in sweep.search.params]
+    print(f"{'TRIAL':>5}  {'STATE':<9} {'OBJECTIVE':>12}  {'JOB':<22} " + "  ".join(names))
+    for r in rows:
+        value = "-" if r["objective"] is None else f"{r['objective']:.6g}"
+        params = "  ".join(_cell(r["params"].get(n, "-")) for n in names)
+        print(f"{r['trial']:>5}  {r['state']:<9} {value:>12}  {r['job'] or '-':<22} {params}")
+    return 0
+
+
+def _cell(value: Any) -> str:
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def _best(args: argparse.Namespace, sweep_id: str, ended: str = "") -> int:
+    from ferry import config
+    from ferry.errors import FerryError
+    from ferry.spec import merge, spec_from_dict
+    from ferry.sweeps.driver import JOB, load
+
+    sweep, study = load(sweep_id, config.ferry_home())
+    done = [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"]
+    if not done:
+        why = f" ({ended})" if ended else ""
+        raise FerryError(
+            f"sweep {sweep_id} has no finished trial yet{why}",
+            f"see its trials: ferry sweep status {sweep_id}",
+        )
+    best = study.best_trial
+    hyper = {**(sweep.spec.get("hyperparameters") or {}), **best.params}
+    # the spec that reproduces it: what differs from the defaults, without the trial's name
+    spec = spec_from_dict(merge(sweep.spec, {"hyperparameters": hyper})).model_dump(
+        mode="json", exclude_defaults=True
+    )
+    spec.pop("name", None)
+    found = {
+        "sweep": sweep.id,
+        "trial": best.number,
+        "job": best.user_attrs.get(JOB),
+        "objective": sweep.search.objective.describe(),
+        "value": best.value,
+        "params": best.params,
+        "spec": spec,
+    }
+    if args.json:
+        print(json.dumps(found, indent=2, default=str))
+        return 0
+    import yaml
+
+    print(
+        f"# best of sweep {sweep.id}: trial {best.number} (job {found['job']}), "
+        f"{sweep.search.objective.metric} {best.value:g}"
+    )
+    print(yaml.safe_dump(spec, sort_keys=False).rstrip())
+    return 0
