@@ -59,6 +59,16 @@ def direct(code: Path) -> float:
     return time.perf_counter() - started
 
 
+def finished(code: Path) -> int:
+    """How many trials of the one sweep in this sandbox completed."""
+    import json
+
+    _, listed = timed_run([FERRY_EXE, "sweep", "ls", "--json"], capture=True, cwd=code)
+    sweep_id = json.loads(listed)[0]["sweep"]
+    _, shown = timed_run([FERRY_EXE, "sweep", "status", sweep_id, "--json"], capture=True, cwd=code)
+    return sum(1 for t in json.loads(shown)["trials"] if t["state"] == "COMPLETE")
+
+
 def main() -> int:
     with sandbox() as code:
         (code / "objective.py").write_text(OBJECTIVE)
@@ -73,6 +83,9 @@ def main() -> int:
         ]  # fmt: skip
         ferry_s, _ = timed_run(sweep, cwd=code)
         log(f"ferry sweep, {TRIALS} trials as jobs, {PARALLEL} at once: {ferry_s:.2f}s")
+        completed = finished(code)
+        if completed != TRIALS:  # (a sweep that stopped early would look cheap)
+            raise SystemExit(f"bench_sweep: {completed} of {TRIALS} trials completed")
         per_trial = (ferry_s - baseline) * PARALLEL / TRIALS
         log(f"overhead per trial (per lane): {per_trial:.3f}s")
         emit(

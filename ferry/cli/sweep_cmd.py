@@ -44,7 +44,9 @@ def register(subparsers: Any) -> None:
         help="a job spec to sweep, or what to do with sweeps",
     )
     p.add_argument("--param", action="append", default=[], metavar="NAME=KIND:ARGS")
-    p.add_argument("--trials", type=whole_number, default=20, help="trials in all (20)")
+    p.add_argument(
+        "--trials", type=whole_number, help="trials in all (20; a grid: every point once)"
+    )
     p.add_argument("--parallel", type=whole_number, default=1, help="trials at once (1)")
     p.add_argument("--objective", metavar="METRIC:min|max", help="e.g. val_loss:min")
     p.add_argument("--sampler", default="tpe", help="tpe, random, grid, cmaes or qmc (tpe)")
@@ -56,7 +58,9 @@ def register(subparsers: Any) -> None:
 
 def sweep(args: argparse.Namespace) -> int:
     from ferry.errors import UsageError
+    from ferry.sweeps.study import require_optuna
 
+    require_optuna()
     action, *rest = args.target
     if action == "ls":
         return _ls(args)
@@ -94,8 +98,18 @@ def _new(args: argparse.Namespace, path: str) -> int:
     spec = load_spec(path)
     from ferry.sweeps.driver import create
 
-    sweep, study = create(spec, search, args.trials, args.parallel, config.ferry_home())
+    grid = search.grid_size()
+    trials = args.trials or grid or 20
+    if grid is not None and trials < grid:
+        _say(f"the grid has {grid} points: {trials} of them run (--trials)")
+    sweep, study = create(spec, search, trials, args.parallel, config.ferry_home())
     return _drive(args, sweep, study)
+
+
+def _say(line: str) -> None:
+    import sys
+
+    print(f"ferry: {line}", file=sys.stderr, flush=True)
 
 
 def _resume(args: argparse.Namespace, sweep_id: str) -> int:
@@ -106,21 +120,19 @@ def _resume(args: argparse.Namespace, sweep_id: str) -> int:
 
 
 def _drive(args: argparse.Namespace, sweep: Any, study: Any) -> int:
-    import sys
-
+    from ferry import config
     from ferry.cli._common import store_now
     from ferry.followers import start
-    from ferry.sweeps.driver import Driver
+    from ferry.sweeps.driver import Driver, driving
 
-    def say(line: str) -> None:
-        print(f"ferry: {line}", file=sys.stderr, flush=True)
-
-    say(
-        f"sweep {sweep.id}: {sweep.total} trials, {sweep.parallel} at once, objective "
-        f"{sweep.search.objective.describe()} (go on with: ferry sweep resume {sweep.id})"
-    )
-    outcome = Driver(sweep, study, store_now(), start, say).run()
-    return _best(args, sweep.id, ended=outcome.stopped)
+    with driving(sweep.id, config.ferry_home()):
+        _say(
+            f"sweep {sweep.id}: {sweep.total} trials, {sweep.parallel} at once, objective "
+            f"{sweep.search.objective.describe()} (go on with: ferry sweep resume {sweep.id})"
+        )
+        outcome = Driver(sweep, study, store_now(), start, _say).run()
+    shown = _best(args, sweep.id, ended=outcome.stopped)
+    return 1 if outcome.stopped else shown
 
 
 def _ls(args: argparse.Namespace) -> int:
@@ -174,7 +186,14 @@ def _status(args: argparse.Namespace, sweep_id: str) -> int:
     if args.json:
         print(
             json.dumps(
-                {"sweep": sweep.id, **sweep.settings(), "trials": rows}, indent=2, default=str
+                {
+                    "sweep": sweep.id,
+                    **{k: v for k, v in sweep.settings().items() if k != "trials"},
+                    "total": sweep.total,  # (the trials it runs in all)
+                    "trials": rows,
+                },
+                indent=2,
+                default=str,
             )
         )
         return 0

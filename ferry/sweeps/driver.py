@@ -22,11 +22,12 @@ every ``POLL_MAX`` seconds while the trials run):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -96,7 +97,9 @@ class Sweep:
 
 
 def new_id(name: str) -> str:
-    return f"{name or 'sweep'}-sw{os.urandom(2).hex()}"
+    """A sweep's id: its spec's name (cut so that its trials' job names stay within the
+    63 characters a name has) and four hex digits."""
+    return f"{(name or 'sweep')[:40].rstrip('-')}-sw{os.urandom(2).hex()}"
 
 
 def create(
@@ -105,10 +108,17 @@ def create(
     """A new sweep of ``spec``, its settings kept in its study; and the study."""
     if trials < 1 or parallel < 1:
         raise UsageError("--trials and --parallel are at least 1", "e.g. --trials 40 --parallel 4")
-    sweep = Sweep(new_id(spec.name or ""), spec.to_json(), search, trials, parallel)
-    study = open_study(sweep.id, search, home)
-    study.set_user_attr(SETTINGS, sweep.settings())
-    return sweep, study
+    import optuna
+
+    for _ in range(5):  # (an id another sweep has: another one)
+        sweep = Sweep(new_id(spec.name or ""), spec.to_json(), search, trials, parallel)
+        try:
+            study = open_study(sweep.id, search, home, new=True)
+        except optuna.exceptions.DuplicatedStudyError:
+            continue
+        study.set_user_attr(SETTINGS, sweep.settings())
+        return sweep, study
+    raise FerryError("no free sweep id was found", "try again")
 
 
 def load(sweep_id: str, home: Path) -> tuple[Sweep, Any]:
@@ -123,8 +133,43 @@ def load(sweep_id: str, home: Path) -> tuple[Sweep, Any]:
         bare = optuna.load_study(study_name=sweep_id, storage=storage(home))
     except KeyError:
         raise UsageError(f"no sweep {sweep_id!r}", "list sweeps with: ferry sweep ls") from None
-    sweep = Sweep.of(sweep_id, bare.user_attrs[SETTINGS])
-    return sweep, open_study(sweep_id, sweep.search, home)
+    settings = bare.user_attrs.get(SETTINGS)
+    if not isinstance(settings, dict):
+        raise UsageError(
+            f"sweep {sweep_id!r} was never set up (its settings are missing)",
+            "start a new one: ferry sweep SPEC --param … --objective METRIC:min",
+        )
+    sweep = Sweep.of(sweep_id, settings)
+    search = sweep.search
+    done = len(bare.trials)
+    if done and search.seed is not None and search.sampler != "grid":
+        # (a seeded sampler started again would draw the first trials' values again; a
+        # grid's order must stay, since its points are told by trial number)
+        search = replace(search, seed=search.seed + done)
+    return sweep, open_study(sweep_id, search, home)
+
+
+@contextlib.contextmanager
+def driving(sweep_id: str, home: Path) -> Iterator[None]:
+    """Hold the sweep for this process's driver. Raises UsageError when another process
+    drives it."""
+    import fcntl
+
+    folder = home / "sweeps"
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(folder / f"{sweep_id}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise UsageError(
+            f"sweep {sweep_id} is being driven by another ferry process",
+            "let it go on, or stop it (Ctrl-C) first",
+        ) from None
+    try:
+        yield
+    finally:
+        os.close(fd)
 
 
 @dataclass
@@ -154,9 +199,16 @@ class Driver:
         self.reported: dict[int, int] = {}  # trial number -> points of its metric reported
 
     def run(self) -> Outcome:
+        from ferry import defaults
+        from ferry.controller import reconcile
+
         outcome = Outcome()
         wait = POLL_MIN
+        looked = time.monotonic()
         while True:
+            if time.monotonic() - looked >= defaults.HEARTBEAT_INTERVAL:
+                looked = time.monotonic()  # (a trial whose supervisor was lost resumes,
+                reconcile(self.store, start=self.start)  # or ends: never waited for ever)
             before = (outcome.finished, outcome.failed, outcome.pruned)
             for trial in self.study.get_trials(deepcopy=False, states=_running()):
                 self._follow(trial, outcome)
@@ -192,15 +244,15 @@ class Driver:
         from ferry.spec import merge, spec_from_dict
 
         trial = self.study.ask()
-        values = self.sweep.search.values(trial)
-        base = self.sweep.spec
-        name = f"{self.sweep.id}-{trial.number}"
-        hyper = {**(base.get("hyperparameters") or {}), **values}
-        spec = spec_from_dict(merge(base, {"name": name, "hyperparameters": hyper}))
         try:
+            values = self.sweep.search.values(trial)
+            base = self.sweep.spec
+            name = f"{self.sweep.id}-{trial.number}"
+            hyper = {**(base.get("hyperparameters") or {}), **values}
+            spec = spec_from_dict(merge(base, {"name": name, "hyperparameters": hyper}))
             job = submit(spec, start=self.start, store=self.store)
-        except FerryError as exc:
-            self.study.tell(trial, state=_state("FAIL"))
+        except Exception as exc:  # (the trial is told, not left running for ever)
+            self.study.tell(trial, state=_state("FAIL"), skip_if_finished=True)
             self.say(f"trial {trial.number}: could not be submitted: {exc}")
             return
         trial.set_user_attr(JOB, job.id)
@@ -208,17 +260,27 @@ class Driver:
         self.say(f"trial {trial.number}: job {job.id} ({shown})")
 
     def _follow(self, trial: Any, outcome: Outcome) -> None:
-        job_id = trial.user_attrs.get(JOB)
+        job_id = trial.user_attrs.get(JOB) or self._submitted(trial)
         if job_id is None:  # asked, but its job was never submitted (a driver killed then)
-            self.study.tell(trial.number, state=_state("FAIL"))
+            self.study.tell(trial.number, state=_state("FAIL"), skip_if_finished=True)
             return
-        job = self.store.get_job(job_id)
-        if PRUNED_AT not in trial.user_attrs and self._reports(trial, job_id):
+        from ferry.errors import JobNotFound
+
+        try:
+            job = self.store.get_job(job_id)
+        except JobNotFound:  # (removed from the store meanwhile)
+            self.study.tell(trial.number, state=_state("FAIL"), skip_if_finished=True)
+            self.say(f"trial {trial.number}: its job {job_id} is gone")
+            return
+        running = not job.status.is_terminal()
+        if running and PRUNED_AT not in trial.user_attrs and self._reports(trial, job_id):
             self._prune(trial, job)
-        if not job.status.is_terminal():
+        elif running and PRUNED_AT in trial.user_attrs and job.status.name != "CANCELLING":
+            self._prune(trial, job)  # (a driver killed between the two: the cancel again)
+        if running:
             return
         if PRUNED_AT in trial.user_attrs:
-            self.study.tell(trial.number, state=_state("PRUNED"))
+            self.study.tell(trial.number, state=_state("PRUNED"), skip_if_finished=True)
             outcome.pruned += 1
             self.say(f"trial {trial.number}: pruned at step {trial.user_attrs[PRUNED_AT]}")
             return
@@ -227,13 +289,24 @@ class Driver:
             why = job.reason or job.status.name
             if value is None and job.status.name == "SUCCEEDED":
                 why = f"it reported no {self.metric}"
-            self.study.tell(trial.number, state=_state("FAIL"))
+            self.study.tell(trial.number, state=_state("FAIL"), skip_if_finished=True)
             outcome.failed += 1
             self.say(f"trial {trial.number}: failed: {why}")
             return
-        self.study.tell(trial.number, value)
+        self.study.tell(trial.number, value, skip_if_finished=True)
         outcome.finished += 1
         self.say(f"trial {trial.number}: {self.metric} {value:g}")
+
+    def _submitted(self, trial: Any) -> str | None:
+        """The job of a trial whose id was never recorded (a driver killed between the
+        submit and the record): found by its name, and recorded now."""
+        from optuna.trial import Trial
+
+        found = self.store.find_jobs(f"{self.sweep.id}-{trial.number}-")
+        if not found:
+            return None
+        Trial(self.study, trial._trial_id).set_user_attr(JOB, found[0].id)
+        return found[0].id
 
     def _reports(self, trial: Any, job_id: str) -> bool:
         """Report the trial's new points of the objective's metric; whether the pruner
@@ -256,8 +329,10 @@ class Driver:
 
         from ferry.controller.jobs import cancel
 
-        steps = sorted(trial.intermediate_values) or [0]
-        Trial(self.study, trial._trial_id).set_user_attr(PRUNED_AT, steps[-1])
+        if PRUNED_AT not in trial.user_attrs:
+            now = self.study._storage.get_trial(trial._trial_id).intermediate_values
+            steps = sorted(now) or [0]
+            Trial(self.study, trial._trial_id).set_user_attr(PRUNED_AT, steps[-1])
         if not job.status.is_terminal():
             cancel(self.store, job, start=self.start)
 

@@ -169,9 +169,9 @@ def storage(home: Path) -> Any:
     )
 
 
-def open_study(name: str, search: Search, home: Path) -> Any:
-    """The study ``name`` in Ferry's home, made the first time (a sweep started again
-    goes on with its trials)."""
+def open_study(name: str, search: Search, home: Path, new: bool = False) -> Any:
+    """The study ``name`` in Ferry's home (a sweep started again goes on with its trials);
+    ``new``: made now (Optuna's DuplicatedStudyError when one has that name)."""
     import optuna
 
     return optuna.create_study(
@@ -180,5 +180,17 @@ def open_study(name: str, search: Search, home: Path) -> Any:
         sampler=search.make_sampler(),
         pruner=search.make_pruner(),
         direction=search.objective.direction,
-        load_if_exists=True,
+        load_if_exists=not new,
     )
+
+
+def require_optuna() -> None:
+    """Raise BackendNotInstalled when Optuna is missing."""
+    import importlib.util
+
+    if importlib.util.find_spec("optuna") is None:
+        from ferry.errors import BackendNotInstalled
+
+        raise BackendNotInstalled(
+            "sweeps need Optuna, which is not installed", "pip install 'ferry[sweep]'"
+        )

@@ -105,7 +105,11 @@ def test_ferry_preempt_runs_the_scripts_callback_before_it_stops(home: Path, pro
         "    raise SystemExit(0)\n"
         "while True:\n"
         "    state['step'] += 1\n"
-        "    open(os.path.join(os.environ['FERRY_OUTPUT_DIR'], 'step'), 'w').write(str(state['step']))\n"
+        # (renamed into place: a notice between the truncation and the write of a plain
+        # open(..., 'w') would leave the file empty)
+        "    tmp = os.path.join(os.environ['FERRY_OUTPUT_DIR'], 'step.tmp')\n"
+        "    open(tmp, 'w').write(str(state['step']))\n"
+        "    os.replace(tmp, os.path.join(os.environ['FERRY_OUTPUT_DIR'], 'step'))\n"
         "    time.sleep(0.05)\n"
     )
     job_id = submit("--", "python", "train.py", cwd=project)

@@ -69,6 +69,7 @@ def test_a_quadratic_converges_under_tpe_and_the_best_spec_reproduces_it(
         "--param", "x=uniform:-10:10",
         "--trials", "16",
         "--objective", "loss:min",
+        "--pruner", "none",
         "--seed", "5",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -163,6 +164,7 @@ def test_trials_at_once_never_exceed_parallel(sweep_project: Path) -> None:
         "--trials", "6",
         "--parallel", "2",
         "--objective", "loss:min",
+        "--pruner", "none",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     spans = []
@@ -176,14 +178,17 @@ def test_trials_at_once_never_exceed_parallel(sweep_project: Path) -> None:
 def test_a_killed_driver_is_resumed_without_running_a_trial_twice(sweep_project: Path) -> None:
     driver = subprocess.Popen(
         [FERRY, "sweep", "job.yaml", "--param", "x=uniform:0:4", "--param", "pause=choice:0.3",
-         "--trials", "6", "--parallel", "2", "--objective", "loss:min"],
+         "--trials", "6", "--parallel", "2", "--objective", "loss:min", "--pruner", "none"],
         cwd=sweep_project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ,
     )  # fmt: skip
     wait_for(lambda: _started_trials() >= 2, 60, "two trials to start")
+    sweep_id = _only_sweep()
+    held = ferry("sweep", "resume", sweep_id, cwd=sweep_project)  # (one driver at a time)
+    assert "is being driven by another ferry process" in assert_one_line_error(held, 2)
     driver.send_signal(signal.SIGKILL)
     driver.wait(10)
-    sweep_id = _only_sweep()
     before = {t["trial"]: t["job"] for t in _status(sweep_id)["trials"] if t["job"]}
+    assert before, "no trial had its job recorded before the kill"
     resumed = ferry("sweep", "resume", sweep_id, cwd=sweep_project, timeout=150)
     assert resumed.returncode == 0, resumed.stderr
     trials = _status(sweep_id)["trials"]
