@@ -23,11 +23,10 @@ every ``POLL_MAX`` seconds while the trials run):
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -180,7 +179,6 @@ class Outcome:
     failed: int = 0
     pruned: int = 0
     stopped: str = ""  # why it stopped early, if it did
-    said: list[str] = field(default_factory=list)
 
 
 class Driver:
@@ -387,7 +385,3 @@ def table(sweep: Sweep, study: Any) -> list[dict[str, Any]]:
         )
     )
     return rows
-
-
-def dumps(rows: list[dict[str, Any]]) -> str:
-    return json.dumps(rows, indent=2, default=str)
