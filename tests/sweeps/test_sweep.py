@@ -20,7 +20,8 @@ from tests.conftest import FERRY, assert_one_line_error, ferry, ferry_json, wait
 pytestmark = [pytest.mark.slow]
 
 # `trial.py`: reports loss = (x - 2)^2 + n^2 (n: 0 unless given) over `steps` steps
-# (0.05 s apart), falling a little each step; exits 3 when crash is x.
+# (`pause` s apart, 0.05 unless given; four times that from x = `slow` on, as a diverging model
+# that would run long unless cut), falling a little each step; exits 3 when crash is x.
 TRIAL = textwrap.dedent(
     """
     import sys, time
@@ -31,9 +32,10 @@ TRIAL = textwrap.dedent(
         print("crashing on purpose", flush=True)
         sys.exit(3)
     steps = int(hp.get("steps", 3))
+    pause = float(hp.get("pause", 0.05)) * (4 if x >= float(hp.get("slow", "inf")) else 1)
     for step in range(steps):
         runtime.report(loss=(x - 2) ** 2 + n ** 2 + (steps - step) * 0.001, step=step)
-        time.sleep(float(hp.get("pause", 0.05)))
+        time.sleep(pause)
     print("done", flush=True)
     """
 )
@@ -97,6 +99,7 @@ def test_the_pruner_cuts_the_clearly_bad_trials_with_the_stop_notice(sweep_proje
         "--param", "x=choice:2,2.5,3,1.5,2.2,1.8,2.4,40,60,80",
         "--param", "steps=choice:24",
         "--param", "pause=choice:0.1",
+        "--param", "slow=choice:40",  # (the bad ones last 10 s uncut: time for the pruner)
         "--sampler", "grid",
         "--seed", "1",
         "--trials", "10",
