@@ -343,6 +343,57 @@ class Tracking(_Model):
         return value
 
 
+class SweepSection(_Model):
+    """A hyperparameter search of the job, run with ``ferry sweep SPEC`` (whose flags win);
+    ``ferry run`` runs the job once, with its own hyperparameters."""
+
+    # name -> "loguniform:1e-4:1e-1", "int:2:6", "choice:32,64,128" (or a list of choices)
+    params: dict[str, str] = {}
+    objective: str | None = None  # "val_loss:min"
+    trials: int | None = Field(default=None, ge=1, le=1_000_000)  # (a grid: all its points)
+    parallel: int = Field(default=1, ge=1, le=10_000)
+    sampler: Literal["tpe", "random", "grid", "cmaes", "qmc"] = "tpe"
+    pruner: Literal["median", "hyperband", "none"] = "median"
+    seed: int | None = Field(default=None, ge=0, le=2**32 - 1)
+
+    @field_validator("params", mode="before")
+    @classmethod
+    def _params(cls, value: object) -> object:
+        from ferry.errors import UsageError
+        from ferry.sweeps.params import parse_param
+
+        if not isinstance(value, dict):
+            return value  # (pydantic says what it expects)
+        out = {}
+        for name, given in value.items():
+            text = f"choice:{','.join(str(v) for v in given)}" if isinstance(given, list) else given
+            if not isinstance(text, str):
+                raise ValueError(
+                    f"{name}: {given!r} is not KIND:ARGS (e.g. loguniform:1e-4:1e-1, "
+                    "int:2:6, choice:32,64,128)"
+                )
+            try:
+                parse_param(f"{name}={text}")
+            except UsageError as exc:
+                raise ValueError(exc.message.removeprefix("--param ")) from None
+            out[str(name)] = text
+        return out
+
+    @field_validator("objective")
+    @classmethod
+    def _objective(cls, value: str | None) -> str | None:
+        from ferry.errors import UsageError
+        from ferry.sweeps.study import parse_objective
+
+        if value is not None:
+            try:
+                parse_objective(value)
+            except UsageError as exc:
+                said = exc.message.removeprefix("--objective ")
+                raise ValueError(f"{said}: {exc.hint}") from None
+        return value
+
+
 def derive_name(command: tuple[str, ...] | list[str]) -> str:
     """A job name from its command: the script's stem (``train.py`` -> ``train``)."""
     for word in command:
@@ -389,6 +440,7 @@ class JobSpec(_Model):
     alerts: Alerts = Alerts()
     tracking: Tracking = Tracking()
     simulate: Simulate = Simulate()
+    sweep: SweepSection | None = None  # ferry sweep SPEC's search (ferry run ignores it)
 
     def job_name(self) -> str:
         """The job's name: ``name``, else one derived from the command (see derive_name)."""

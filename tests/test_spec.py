@@ -684,3 +684,38 @@ def test_any_accelerator_text(text: str) -> None:
     assert acc is not None
     assert acc.count >= 1
     assert str(acc) == spec.resources.accelerator  # stored in canonical form
+
+
+def test_a_sweep_section_is_read_and_checked() -> None:
+    spec = spec_from_dict(
+        {
+            "command": "python train.py",
+            "sweep": {
+                "params": {"lr": "loguniform:1e-4:1e-1", "batch": [32, 64], "act": ["relu"]},
+                "objective": "val_loss:min",
+                "trials": 40,
+                "parallel": 4,
+                "sampler": "grid",
+                "seed": 7,
+            },
+        }
+    )
+    assert spec.sweep is not None
+    assert spec.sweep.params == {
+        "lr": "loguniform:1e-4:1e-1",
+        "batch": "choice:32,64",
+        "act": "choice:relu",
+    }
+    assert (spec.sweep.trials, spec.sweep.parallel, spec.sweep.pruner) == (40, 4, "median")
+    assert spec_from_dict({"command": "x"}).sweep is None
+    for sweep, says in (
+        ({"params": {"lr": "loguniform:0:1"}}, "sweep.params: 'lr=loguniform:0:1'"),
+        ({"params": {"lr": 0.1}}, "lr: 0.1 is not KIND:ARGS"),
+        ({"params": {"lr": "normal:0:1"}}, "'normal' is not a kind of parameter"),
+        ({"objective": "val_loss"}, "sweep.objective: 'val_loss' does not say which way"),
+        ({"sampler": "bayes"}, "sweep.sampler"),
+        ({"parallel": 0}, "sweep.parallel"),
+        ({"trails": 3}, "did you mean trials?"),
+    ):
+        said = spec_error({"command": "x", "sweep": sweep})
+        assert says in said, said

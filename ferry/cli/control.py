@@ -17,10 +17,15 @@ def register(subparsers: Any) -> None:
         "cancel",
         help="stop jobs (queued ones at once, running ones gracefully)",
         description="Cancel jobs. A queued job is cancelled at once; a running one gets SIGTERM, "
-        "then SIGKILL after the grace (config local.stop_grace), with everything it started.",
-        example="  ferry cancel digits-cnn-3f9a\n  ferry cancel dig train-0a1b --wait\n",
+        "then SIGKILL after the grace (config local.stop_grace), with everything it started. "
+        "A sweep's id cancels the sweep: it asks for no more trials, and every running trial "
+        "is cancelled (ferry sweep resume goes on with it).",
+        example="  ferry cancel digits-cnn-3f9a\n  ferry cancel dig train-0a1b --wait\n"
+        "  ferry cancel digits-sw3f2a\n",
     )
-    p.add_argument("jobs", nargs="+", metavar="JOB", help="job ids or unique prefixes")
+    p.add_argument(
+        "jobs", nargs="+", metavar="JOB", help="job ids or unique prefixes, or sweep ids"
+    )
     p.add_argument("--wait", action="store_true", help="return once the jobs have stopped")
     p.set_defaults(handler=cancel)
 
@@ -58,7 +63,11 @@ def cancel(args: argparse.Namespace) -> int:
     from ferry.followers import start
 
     store = store_now()
-    jobs = [find_job(store, ref) for ref in args.jobs]
+    sweeps = [ref for ref in args.jobs if _is_sweep(ref)]
+    jobs = [find_job(store, ref) for ref in args.jobs if ref not in sweeps]
+    waited = [j.id for j in jobs]
+    for sweep_id in sweeps:
+        waited += _cancel_sweep(store, sweep_id)
     for job in jobs:
         if job.status.is_terminal():
             eprint(f"ferry: {job.id} already ended ({job.status.value})")
@@ -66,8 +75,30 @@ def cancel(args: argparse.Namespace) -> int:
         after = cancel_job(store, job, start=start)
         eprint(f"ferry: {job.id} {after.status.value}")
     if args.wait:
-        _wait_all(store, [j.id for j in jobs], None)
+        _wait_all(store, waited, None)
     return 0
+
+
+def _is_sweep(ref: str) -> bool:
+    from ferry import config
+    from ferry.sweeps.driver import is_sweep_id
+
+    return is_sweep_id(ref, config.ferry_home())
+
+
+def _cancel_sweep(store: Any, sweep_id: str) -> list[str]:
+    """Cancel a sweep and its running trials; their jobs' ids."""
+    from ferry import config
+    from ferry.followers import start
+    from ferry.sweeps.driver import Driver, load
+    from ferry.sweeps.study import require_optuna
+
+    require_optuna()
+    sweep, study = load(sweep_id, config.ferry_home())
+    stopped = Driver(sweep, study, store, start).cancel()
+    shown = f": {len(stopped)} running trial{'s' if len(stopped) != 1 else ''} stopping"
+    eprint(f"ferry: sweep {sweep.id} cancelled{shown if stopped else ''}")
+    return stopped
 
 
 def preempt(args: argparse.Namespace) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
 from typing import Any
 
@@ -24,6 +25,7 @@ EXAMPLE = """\
   ferry jobs
   ferry jobs --watch --status RUNNING,QUEUED
   ferry jobs --json | jq -r '.[] | select(.status=="FAILED") | .id'
+  ferry jobs --sweep digits-sw3f2a          # one sweep's trials
 """
 
 
@@ -41,6 +43,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--limit", "-n", type=int, default=50, help="at most this many jobs (default 50)"
     )
+    p.add_argument("--sweep", metavar="SWEEP", help="only the trials of this sweep")
     p.add_argument("--watch", "-w", action="store_true", help="keep the table live until Ctrl-C")
     p.add_argument("--json", action="store_true", help="print JSON for scripts")
     p.set_defaults(handler=jobs)
@@ -89,8 +92,16 @@ def table(rows: list[Any]) -> Any:
 def jobs(args: argparse.Namespace) -> int:
     statuses = parse_statuses(args.status)
     store = store_now()
+
+    def listed() -> list[Any]:
+        if not args.sweep:
+            return store.list_jobs(statuses, args.limit)
+        trial = re.compile(re.escape(args.sweep) + r"-\d+")  # (its trials' names)
+        found = [j for j in store.list_jobs(statuses) if trial.fullmatch(j.name)]
+        return found[: args.limit] if args.limit is not None else found
+
     if args.json:
-        print(json.dumps([job_json(j) for j in store.list_jobs(statuses, args.limit)], indent=2))
+        print(json.dumps([job_json(j) for j in listed()], indent=2))
         return 0
-    live_view(store, lambda: table(store.list_jobs(statuses, args.limit)), 1.0, once=not args.watch)
+    live_view(store, lambda: table(listed()), 1.0, once=not args.watch)
     return 0

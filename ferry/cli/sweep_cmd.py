@@ -19,8 +19,10 @@ EXAMPLE = """\
   ferry sweep status digits-sw3f2a
   ferry sweep best digits-sw3f2a --json
   ferry sweep resume digits-sw3f2a
+  ferry sweep plot digits-sw3f2a -o sweep.png
+  ferry cancel digits-sw3f2a
 """
-ACTIONS = ("ls", "status", "best", "resume")
+ACTIONS = ("ls", "status", "best", "resume", "plot")
 
 
 def register(subparsers: Any) -> None:
@@ -34,25 +36,30 @@ def register(subparsers: Any) -> None:
         "the pruner finds hopeless gets the stop notice and ends PRUNED. The study is "
         "kept in Ferry's home, so a sweep whose driver was stopped goes on with "
         "ferry sweep resume. Parameters: NAME=loguniform:LOW:HIGH, uniform:LOW:HIGH[:STEP], "
-        "int:LOW:HIGH[:STEP], logint:LOW:HIGH, choice:A,B,C.",
+        "int:LOW:HIGH[:STEP], logint:LOW:HIGH, choice:A,B,C. The spec's sweep: section "
+        "(params, objective, trials, parallel, sampler, pruner, seed) gives the same, and "
+        "flags win. The spec's limits.max_cost caps all its trials together.",
         example=EXAMPLE,
     )
     p.add_argument(
         "target",
         nargs="+",
-        metavar="SPEC | ls | status SWEEP | best SWEEP | resume SWEEP",
+        metavar="SPEC | ls | status SWEEP | best SWEEP | resume SWEEP | plot SWEEP",
         help="a job spec to sweep, or what to do with sweeps",
     )
     p.add_argument("--param", action="append", default=[], metavar="NAME=KIND:ARGS")
     p.add_argument(
         "--trials", type=whole_number, help="trials in all (20; a grid: every point once)"
     )
-    p.add_argument("--parallel", type=whole_number, default=1, help="trials at once (1)")
+    p.add_argument("--parallel", type=whole_number, help="trials at once (1)")
     p.add_argument("--objective", metavar="METRIC:min|max", help="e.g. val_loss:min")
-    p.add_argument("--sampler", default="tpe", help="tpe, random, grid, cmaes or qmc (tpe)")
-    p.add_argument("--pruner", default="median", help="median, hyperband or none (median)")
+    p.add_argument("--sampler", help="tpe, random, grid, cmaes or qmc (tpe)")
+    p.add_argument("--pruner", help="median, hyperband or none (median)")
     p.add_argument("--seed", type=int, help="the sampler's seed, for a search that repeats")
     p.add_argument("--json", action="store_true", help="print JSON for scripts")
+    p.add_argument(
+        "-o", "--output", metavar="FILE.png", help="plot: write a PNG chart here (else text)"
+    )
     p.set_defaults(handler=sweep)
 
 
@@ -70,7 +77,8 @@ def sweep(args: argparse.Namespace) -> int:
                 f"ferry sweep {action} takes one sweep id",
                 f"e.g. ferry sweep {action} digits-sw3f2a",
             )
-        return {"status": _status, "best": _best, "resume": _resume}[action](args, rest[0])
+        handlers = {"status": _status, "best": _best, "resume": _resume, "plot": _plot}
+        return handlers[action](args, rest[0])
     if rest:
         raise UsageError(
             f"ferry sweep takes one spec, not {len(args.target)} words",
@@ -82,27 +90,36 @@ def sweep(args: argparse.Namespace) -> int:
 def _new(args: argparse.Namespace, path: str) -> int:
     from ferry import config
     from ferry.errors import UsageError
-    from ferry.spec import load_spec
+    from ferry.spec import SweepSection, load_spec
     from ferry.sweeps.params import parse_params
     from ferry.sweeps.study import Search, parse_objective
 
-    if not args.objective:
-        raise UsageError("a sweep needs --objective", "e.g. --objective val_loss:min")
-    search = Search(
-        tuple(parse_params(args.param)),
-        parse_objective(args.objective),
-        args.sampler,
-        args.pruner,
-        args.seed,
-    )
     spec = load_spec(path)
+    given = spec.sweep or SweepSection()  # (the spec's sweep: section; flags win)
+    flagged = {p.partition("=")[0].strip() for p in args.param}
+    params = [f"{k}={v}" for k, v in given.params.items() if k not in flagged] + args.param
+    objective = args.objective or given.objective
+    if not objective:
+        raise UsageError(
+            "a sweep needs an objective",
+            "e.g. --objective val_loss:min, or objective: val_loss:min in the spec's sweep:",
+        )
+    seed = args.seed if args.seed is not None else given.seed
+    search = Search(
+        tuple(parse_params(params)),
+        parse_objective(objective),
+        args.sampler or given.sampler,
+        args.pruner or given.pruner,
+        seed,
+    )
     from ferry.sweeps.driver import create
 
     grid = search.grid_size()
-    trials = args.trials or grid or 20
+    trials = args.trials or given.trials or grid or 20
     if grid is not None and trials < grid:
         _say(f"the grid has {grid} points: {trials} of them run (--trials)")
-    sweep, study = create(spec, search, trials, args.parallel, config.ferry_home())
+    parallel = args.parallel or given.parallel
+    sweep, study = create(spec, search, trials, parallel, config.ferry_home())
     return _drive(args, sweep, study)
 
 
@@ -116,21 +133,32 @@ def _resume(args: argparse.Namespace, sweep_id: str) -> int:
     from ferry import config
     from ferry.sweeps.driver import load
 
-    return _drive(args, *load(sweep_id, config.ferry_home()))
+    sweep, study = load(sweep_id, config.ferry_home())
+    return _drive(args, sweep, study, resume=True)
 
 
-def _drive(args: argparse.Namespace, sweep: Any, study: Any) -> int:
+def _drive(args: argparse.Namespace, sweep: Any, study: Any, resume: bool = False) -> int:
     from ferry import config
     from ferry.cli._common import store_now
     from ferry.followers import start
-    from ferry.sweeps.driver import Driver, driving
+    from ferry.sweeps.driver import Driver, driving, uncancel
 
     with driving(sweep.id, config.ferry_home()):
+        if resume and uncancel(study):  # (only once no other driver holds it)
+            _say(f"sweep {sweep.id} was cancelled: it goes on")
         _say(
             f"sweep {sweep.id}: {sweep.total} trials, {sweep.parallel} at once, objective "
             f"{sweep.search.objective.describe()} (go on with: ferry sweep resume {sweep.id})"
         )
         outcome = Driver(sweep, study, store_now(), start, _say).run()
+    if outcome.cancelled:  # (the best so far, if there is one)
+        import contextlib
+
+        from ferry.errors import FerryError
+
+        with contextlib.suppress(FerryError):
+            _best(args, sweep.id)
+        return 130  # (as ferry wait says of a cancelled job)
     shown = _best(args, sweep.id, ended=outcome.stopped)
     return 1 if outcome.stopped else shown
 
@@ -179,10 +207,12 @@ def _ls(args: argparse.Namespace) -> int:
 
 def _status(args: argparse.Namespace, sweep_id: str) -> int:
     from ferry import config
-    from ferry.sweeps.driver import load, table
+    from ferry.cli._common import store_now
+    from ferry.sweeps.driver import CANCELLED, load, spending, table
 
     sweep, study = load(sweep_id, config.ferry_home())
     rows = table(sweep, study)
+    spent = sum(s.cost for s in spending(sweep, store_now()))
     if args.json:
         print(
             json.dumps(
@@ -190,6 +220,8 @@ def _status(args: argparse.Namespace, sweep_id: str) -> int:
                     "sweep": sweep.id,
                     **{k: v for k, v in sweep.settings().items() if k != "trials"},
                     "total": sweep.total,  # (the trials it runs in all)
+                    "spent": round(spent, 6),  # USD, all its trials together
+                    "cancelled": bool(study.user_attrs.get(CANCELLED)),
                     "trials": rows,
                 },
                 indent=2,
@@ -198,13 +230,32 @@ def _status(args: argparse.Namespace, sweep_id: str) -> int:
         )
         return 0
     metric = sweep.search.objective.describe()
-    print(f"sweep {sweep.id}: {len(rows)} of {sweep.total} trials, objective {metric}")
+    cost = f"{spent:.2f} USD" + (f" of {sweep.max_cost:.2f}" if sweep.max_cost else "")
+    cancelled = ", cancelled" if study.user_attrs.get(CANCELLED) else ""
+    print(
+        f"sweep {sweep.id}: {len(rows)} of {sweep.total} trials, objective {metric}, "
+        f"spent {cost}{cancelled}"
+    )
     names = [p.name for p in sweep.search.params]
     print(f"{'TRIAL':>5}  {'STATE':<9} {'OBJECTIVE':>12}  {'JOB':<22} " + "  ".join(names))
     for r in rows:
         value = "-" if r["objective"] is None else f"{r['objective']:.6g}"
         params = "  ".join(_cell(r["params"].get(n, "-")) for n in names)
         print(f"{r['trial']:>5}  {r['state']:<9} {value:>12}  {r['job'] or '-':<22} {params}")
+    return 0
+
+
+def _plot(args: argparse.Namespace, sweep_id: str) -> int:
+    from ferry import config
+    from ferry.cli.sweep_plot import draw, sparkline_report
+    from ferry.sweeps.driver import load
+
+    sweep, study = load(sweep_id, config.ferry_home())
+    if not args.output:
+        print("\n".join(sparkline_report(sweep, study)))
+        return 0
+    draw(sweep, study, args.output)
+    _say(f"wrote {args.output}")
     return 0
 
 
@@ -233,6 +284,7 @@ def _best(args: argparse.Namespace, sweep_id: str, ended: str = "") -> int:
         mode="json", exclude_defaults=True
     )
     spec.pop("name", None)
+    spec.pop("sweep", None)  # (the job alone)
     found = {
         "sweep": sweep.id,
         "trial": best.number,

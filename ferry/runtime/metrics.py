@@ -29,10 +29,15 @@ _lock = threading.Lock()  # one writer at a time (the thread, atexit, flush())
 _time = time.time
 
 
-def report(step: int | None = None, **metrics: float) -> None:
-    """Record ``metrics`` (names to numbers) at ``step``. Returns at once."""
+def report(step: int | None = None, fold: int | None = None, **metrics: float) -> None:
+    """Record ``metrics`` (names to numbers) at ``step``. Returns at once.
+
+    ``fold``: the cross-validation fold they are of; each is kept as ``NAME/foldK``, and a
+    sweep's objective ``NAME`` is then the mean over the folds of each one's last value."""
     if _path is None:
         return
+    if fold is not None:
+        metrics = {f"{name}/fold{int(fold)}": value for name, value in metrics.items()}
     _queue.append((_time(), step, metrics))
     if _writer is None:
         _start()

@@ -168,6 +168,15 @@ def _range(text: str, name: str, kind: str, args: list[str]) -> Param:
         )
     if step is not None and (step <= 0 or step > high - low):
         raise UsageError(f"--param {text!r}: STEP must be above 0 and at most HIGH - LOW", _EXAMPLE)
+    if step is not None:
+        count = (high - low) / step
+        if abs(count - round(count)) > 1e-9 * max(1.0, count):  # (Optuna would cut HIGH)
+            top = low + math.floor(count + 1e-9) * step
+            raise UsageError(
+                f"--param {text!r}: STEP ({args[2]}) does not divide HIGH - LOW, so HIGH "
+                "would never be reached",
+                f"e.g. --param {name}={kind}:{args[0]}:{_shown(round(top, 12))}:{args[2]}",
+            )
     return Param(name, kind, low, high, step)
 
 

@@ -8,8 +8,10 @@ Optuna is imported here, so only what runs a sweep imports this module.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -20,6 +22,7 @@ from ferry.sweeps.params import Param
 SAMPLERS = ("tpe", "random", "grid", "cmaes", "qmc")
 PRUNERS = ("median", "hyperband", "none")
 STUDIES = "sweeps.db"  # in FERRY_HOME: every sweep's study
+SEEDS = 2**32  # the samplers' seeds are below this (NumPy's)
 _METRIC = re.compile(r"[A-Za-z_][A-Za-z0-9_./-]*")
 Direction = Literal["minimize", "maximize"]
 _DIRECTIONS: dict[str, Direction] = {
@@ -87,6 +90,11 @@ class Search:
             raise UsageError(
                 f"--pruner {self.pruner!r} is not one Ferry has",
                 f"choose one of {', '.join(PRUNERS)}",
+            )
+        if self.seed is not None and not 0 <= self.seed < SEEDS:
+            raise UsageError(
+                f"--seed {self.seed} is not a seed the samplers take",
+                f"give a whole number from 0 to {SEEDS - 1}",
             )
         if self.sampler == "grid":
             self.space()  # (a range a grid cannot cover is refused now)
@@ -163,6 +171,9 @@ def storage(home: Path) -> Any:
     import optuna
 
     optuna.logging.set_verbosity(logging.WARNING)  # (Ferry says what happens itself)
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with contextlib.closing(sqlite3.connect(home / STUDIES, timeout=30)) as db:
+        db.execute("PRAGMA journal_mode=WAL")  # (kept by the file: readers never wait)
     return optuna.storages.RDBStorage(
         storage_url(home),
         engine_kwargs={"connect_args": {"timeout": 30}},  # (several drivers share the file)

@@ -488,10 +488,13 @@ class SageMakerServer:
                 continue
             stream = f"{job.name}/algo-{n + 1}-{int(job.created)}-{job.runs}"
             logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName=stream)
-            lines = log.read_text(errors="replace").splitlines() or [""]
+            # (CloudWatch refuses an empty message: the agent ships the lines with text; a
+            # container restarted a moment ago may have written none yet)
+            lines = [line for line in log.read_text(errors="replace").splitlines() if line]
             now = int(time.time() * 1000)
             events = [{"timestamp": now, "message": line} for line in lines[-1000:]]
-            logs.put_log_events(logGroupName=LOG_GROUP, logStreamName=stream, logEvents=events)
+            if events:
+                logs.put_log_events(logGroupName=LOG_GROUP, logStreamName=stream, logEvents=events)
 
     def _client(self, service: str, region: str) -> Any:
         import boto3

@@ -51,6 +51,26 @@ def test_report_writes_every_point_from_many_threads(tmp_path: Path) -> None:
     assert math.isnan(last["m"]["weird"]) and "text" not in last["m"]
 
 
+def test_a_fold_keeps_its_metrics_apart(tmp_path: Path) -> None:
+    path = tmp_path / "m.jsonl"
+    code = textwrap.dedent("""
+        from ferry import runtime
+        for fold in range(3):
+            for epoch in range(2):
+                runtime.report(step=epoch, fold=fold, val_loss=fold + epoch / 10)
+        runtime.report(step=5, test_loss=0.5)
+    """)
+    env = {"PATH": "/usr/bin:/bin", "FERRY_METRICS_FILE": str(path)}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [(r["step"], r["m"]) for r in records] == [
+        (0, {"val_loss/fold0": 0.0}), (1, {"val_loss/fold0": 0.1}),
+        (0, {"val_loss/fold1": 1.0}), (1, {"val_loss/fold1": 1.1}),
+        (0, {"val_loss/fold2": 2.0}), (1, {"val_loss/fold2": 2.1}),
+        (5, {"test_loss": 0.5}),
+    ]  # fmt: skip
+
+
 def test_metrics_of_a_job(home: Path, project: Path) -> None:
     (project / "train.py").write_text(
         "from ferry import runtime\n"

@@ -47,6 +47,11 @@ def test_each_kind_of_param_reads_back_as_written() -> None:
         ("lr=loguniform:0:1", "a log scale needs LOW above 0"),
         ("n=int:1.5:4", "int takes whole numbers"),
         ("n=int:1:4:0", "STEP must be above 0"),
+        (
+            "d=uniform:0:1:0.3",
+            "(e.g. --param d=uniform:0:0.9:0.3)",
+        ),
+        ("n=int:0:10:3", "STEP (3) does not divide HIGH - LOW, so HIGH would never be reached"),
         ("x=uniform:0:inf", "must be finite"),
         ("b=choice:", "choice takes values separated by commas"),
         ("b=choice:1,,2", "choice takes values separated by commas"),
@@ -98,6 +103,9 @@ def test_a_grid_covers_choices_and_stepped_ranges_only() -> None:
         Search(params, objective, sampler="bayes")
     with pytest.raises(UsageError, match="--pruner 'asha' is not one Ferry has"):
         Search(params, objective, pruner="asha")
+    for seed in (-1, 2**32):
+        with pytest.raises(UsageError, match=f"--seed {seed} is not a seed the samplers take"):
+            Search(params, objective, seed=seed)
 
 
 def test_a_quadratic_converges_under_tpe_and_the_study_is_kept(tmp_path: Path) -> None:

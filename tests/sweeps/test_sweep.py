@@ -21,10 +21,11 @@ pytestmark = [pytest.mark.slow]
 
 # `trial.py`: reports loss = (x - 2)^2 + n^2 (n: 0 unless given) over `steps` steps
 # (`pause` s apart, 0.05 unless given; four times that from x = `slow` on, as a diverging model
-# that would run long unless cut), falling a little each step; exits 3 when crash is x.
+# that would run long unless cut), falling a little each step; exits 3 when crash is x;
+# then waits while the file `hold` (when given) exists.
 TRIAL = textwrap.dedent(
     """
-    import sys, time
+    import os, sys, time
     from ferry import runtime
     hp = runtime.hparams()
     x, n = float(hp["x"]), float(hp.get("n", 0))
@@ -36,6 +37,8 @@ TRIAL = textwrap.dedent(
     for step in range(steps):
         runtime.report(loss=(x - 2) ** 2 + n ** 2 + (steps - step) * 0.001, step=step)
         time.sleep(pause)
+    while hp.get("hold") and os.path.exists(hp["hold"]):
+        time.sleep(0.05)
     print("done", flush=True)
     """
 )
@@ -91,6 +94,7 @@ def test_a_quadratic_converges_under_tpe_and_the_best_spec_reproduces_it(
     assert again["value"] == best["objective"]
     assert again["spec"]["hyperparameters"] == {"x": best["params"]["x"]}
     assert again["spec"]["command"] == ["python", "trial.py"] and "name" not in again["spec"]
+    assert "sweep" not in again["spec"]
 
 
 def test_the_pruner_cuts_the_clearly_bad_trials_with_the_stop_notice(sweep_project: Path) -> None:
@@ -135,15 +139,24 @@ def test_a_crashing_trial_fails_and_the_sweep_goes_on(sweep_project: Path) -> No
     assert "trial" in done.stderr and "failed: exit code 3" in done.stderr
 
 
-def test_a_sweep_whose_trials_keep_failing_stops(sweep_project: Path) -> None:
-    (sweep_project / "job.yaml").write_text("name: broken\ncommand: python -c 'exit(4)'\n")
-    done = _sweep(
-        sweep_project, "--param", "x=int:0:100", "--trials", "20", "--objective", "loss:min"
-    )
+def test_a_sweep_whose_trials_keep_failing_stops_and_goes_on_once_mended(
+    sweep_project: Path,
+) -> None:
+    trial = (sweep_project / "trial.py").read_text()
+    (sweep_project / "trial.py").write_text("exit(4)\n")
+    done = _sweep(sweep_project, "--param", "x=int:0:4", "--trials", "8", "--objective", "loss:min")
     assert done.returncode == 1
     assert "more than 50%: the sweep stops" in done.stderr
     assert "has no finished trial yet" in done.stderr
-    assert len(_status(_only_sweep())["trials"]) < 20
+    sweep_id = _only_sweep()
+    failed = len(_status(sweep_id)["trials"])
+    assert failed < 8
+    # the script mended, resume judges failures afresh: the rest run
+    (sweep_project / "trial.py").write_text(trial)
+    resumed = ferry("sweep", "resume", sweep_id, cwd=sweep_project, timeout=150)
+    assert resumed.returncode == 0, resumed.stderr
+    states = [t["state"] for t in _status(sweep_id)["trials"]]
+    assert states.count("COMPLETE") == 8 - failed and states.count("FAIL") == failed, states
 
 
 def test_an_exhausted_grid_ends_the_sweep(sweep_project: Path) -> None:
@@ -202,8 +215,177 @@ def test_a_killed_driver_is_resumed_without_running_a_trial_twice(sweep_project:
     for trial in trials:  # the trials the killed driver started kept their jobs
         if trial["trial"] in before:
             assert trial["job"] == before[trial["trial"]]
-    jobs = [j for j in ferry_json("jobs") if j["name"].startswith(sweep_id)]
+    jobs = ferry_json("jobs", "--sweep", sweep_id)  # (its trials' jobs)
     assert len(jobs) == 6, [j["name"] for j in jobs]  # one job per trial, none twice
+    assert [j["id"] for j in ferry_json("jobs", "--sweep", sweep_id, "-n", "2")] == [
+        j["id"] for j in jobs[:2]
+    ]
+    assert ferry_json("jobs", "--sweep", sweep_id[:-1]) == []
+
+
+def test_ferry_cancel_sweep_stops_its_trials_and_resume_goes_on(
+    sweep_project: Path, tmp_path: Path
+) -> None:
+    hold = tmp_path / "hold"  # (the trials run until it goes)
+    hold.touch()
+    driver = subprocess.Popen(
+        [FERRY, "sweep", "job.yaml", "--param", "x=uniform:0:4", "--param", f"hold=choice:{hold}",
+         "--trials", "5", "--parallel", "2", "--objective", "loss:min", "--pruner", "none"],
+        cwd=sweep_project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=os.environ,
+    )  # fmt: skip
+    wait_for(lambda: _started_trials() >= 2, 60, "two trials to start")
+    sweep_id = _only_sweep()
+    cancelled = ferry("cancel", sweep_id, "--wait", cwd=sweep_project, timeout=90)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert f"sweep {sweep_id} cancelled: 2 running trials stopping" in cancelled.stderr
+    _, said = driver.communicate(timeout=60)
+    assert driver.returncode == 130, said  # (as ferry wait says of a cancelled job)
+    assert f"sweep {sweep_id} was cancelled" in said and "stopped (the sweep was" in said
+    status = _status(sweep_id)
+    assert status["cancelled"] is True
+    trials = status["trials"]
+    assert len(trials) == 2 and all(t["state"] == "CANCELLED" for t in trials), trials
+    for trial in trials:  # stopped, not run to the end
+        assert ferry_json("status", trial["job"])["status"] == "CANCELLED"
+    shown = ferry("sweep", "status", sweep_id).stdout
+    assert "cancelled" in shown.splitlines()[0] and "CANCELLED" in shown
+    # resume goes on: the cancelled trials' values first, then three new ones; the
+    # cancelled trials are neither failures nor counted among the five
+    hold.unlink()
+    resumed = ferry("sweep", "resume", sweep_id, cwd=sweep_project, timeout=150)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "was cancelled: it goes on" in resumed.stderr
+    assert resumed.stderr.count("again: trial") == 2, resumed.stderr
+    after = _status(sweep_id)
+    assert after["cancelled"] is False
+    states = sorted(t["state"] for t in after["trials"])
+    assert states == ["CANCELLED"] * 2 + ["COMPLETE"] * 5, states
+    done_values = {t["params"]["x"] for t in after["trials"] if t["state"] == "COMPLETE"}
+    assert {t["params"]["x"] for t in trials} <= done_values  # (run again, whole)
+
+
+def test_the_specs_max_cost_caps_all_the_trials_together(sweep_project: Path) -> None:
+    ferry("config", "set", "local.price_hour", "36")  # (0.01 USD a second)
+    (sweep_project / "job.yaml").write_text(
+        textwrap.dedent(
+            """
+            name: quad
+            command: python trial.py
+            limits: {max_cost: 0.12, stop_grace: 1s}
+            sweep:
+              params: {x: "uniform:0:4", steps: [40], pause: [0.1]}
+              objective: loss:min
+              trials: 12
+              parallel: 2
+              pruner: none
+            """
+        )
+    )
+    done = _sweep(sweep_project)
+    assert done.returncode == 1, done.stderr
+    assert "of the sweep's max_cost 0.12 USD: the sweep stops" in done.stderr
+    status = _status(_only_sweep())
+    assert status["max_cost"] == 0.12 and status["spent"] <= 0.12, status
+    trials = status["trials"]
+    assert 2 <= len(trials) < 12, trials  # (each runs 4 s: 0.04 USD)
+    assert any(t["state"] == "CANCELLED" for t in trials), trials
+    spent = 0.0
+    for trial in trials:
+        job = ferry_json("status", trial["job"])
+        spent += job["cost"]
+        assert job["spec"]["limits"]["max_cost"] <= 0.12  # (what was left of the cap)
+        assert job["spec"]["sweep"]["objective"] == "loss:min"  # (for its NaN alert)
+        assert job["spec"]["sweep"]["params"] == {}  # (a plain job: the search is not in it)
+    assert spent <= 0.12 and abs(spent - status["spent"]) < 0.01, (spent, status)
+
+
+def test_the_specs_sweep_section_is_the_search_and_flags_win(sweep_project: Path) -> None:
+    (sweep_project / "job.yaml").write_text(
+        textwrap.dedent(
+            """
+            name: quad
+            command: python trial.py
+            hyperparameters: {x: 2}
+            sweep:
+              params: {x: [1, 2, 3, 4], n: "choice:0"}
+              objective: loss:min
+              sampler: grid
+            """
+        )
+    )
+    done = _sweep(sweep_project, "--param", "x=choice:3,5")
+    assert done.returncode == 0, done.stderr
+    status = _status(_only_sweep())
+    assert status["sampler"] == "grid" and status["objective"] == "loss:min"
+    assert sorted(t["params"]["x"] for t in status["trials"]) == [3, 5]
+    assert all(t["params"]["n"] == 0 for t in status["trials"])
+    once = ferry("run", "job.yaml", cwd=sweep_project, timeout=60)  # (the job once, as given)
+    assert once.returncode == 0, once.stderr
+    bad = sweep_project / "bad.yaml"
+    bad.write_text("command: python trial.py\nsweep: {params: {x: 'int:5:1'}}\n")
+    said = assert_one_line_error(ferry("sweep", str(bad), cwd=sweep_project), 2)
+    assert "sweep.params" in said and "x=int:5:1" in said, said
+
+
+CV_TRIAL = textwrap.dedent(
+    """
+    import time
+    from ferry import runtime
+    x = float(runtime.hparams()["x"])
+    for fold in range(3):  # the fold's score: (x - 2)^2 + fold, over two epochs
+        for epoch in range(2):
+            runtime.report(step=epoch, fold=fold, loss=(x - 2) ** 2 + fold + (1 - epoch))
+            time.sleep(0.3)
+    """
+)
+
+
+def test_cross_validation_the_objective_is_the_mean_over_folds(
+    sweep_project: Path, tmp_path: Path
+) -> None:
+    (sweep_project / "cv.py").write_text(CV_TRIAL)
+    (sweep_project / "job.yaml").write_text("name: cv\ncommand: python cv.py\n")
+    done = _sweep(
+        sweep_project, "--param", "x=choice:1,4", "--sampler", "grid", "--objective", "loss:min"
+    )
+    assert done.returncode == 0, done.stderr
+    sweep_id = _only_sweep()
+    trials = {t["params"]["x"]: t for t in _status(sweep_id)["trials"]}
+    assert trials[1]["objective"] == pytest.approx(1 + 1)  # (1 + (0 + 1 + 2) / 3)
+    assert trials[4]["objective"] == pytest.approx(4 + 1)
+    import optuna
+
+    study = optuna.load_study(
+        study_name=sweep_id, storage=f"sqlite:///{os.environ['FERRY_HOME']}/sweeps.db"
+    )
+    # the pruner saw the mean over the folds that had ended, fold by fold
+    for trial in study.trials:
+        base = (trial.params["x"] - 2) ** 2
+        assert trial.intermediate_values == pytest.approx({0: base, 1: base + 0.5})
+    # the chart: history, and parallel coordinates (a PNG); and in the terminal
+    chart = tmp_path / "sweep.png"
+    drawn = ferry("sweep", "plot", sweep_id, "-o", str(chart))
+    assert drawn.returncode == 0, drawn.stderr
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and chart.stat().st_size > 10_000
+    shown = ferry("sweep", "plot", sweep_id)
+    assert "best loss:min by trial" in shown.stdout and "2 finished, 0 pruned" in shown.stdout
+
+
+def test_the_readme_example_sweeps_with_cross_validation(home: Path, tmp_path: Path) -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "sweep" / "job.yaml"
+    done = ferry("sweep", str(example), "--trials", "3", cwd=tmp_path, timeout=150)
+    assert done.returncode == 0, done.stderr
+    assert "# best of sweep digits-cv-sw" in done.stdout and "penalty:" in done.stdout
+    sweep_id = _only_sweep()
+    best = ferry_json("sweep", "best", sweep_id)
+    folds = {
+        m["name"]: m["last"]
+        for m in ferry_json("metrics", best["job"])
+        if m["name"].startswith("val_loss/fold")
+    }
+    assert sorted(folds) == ["val_loss/fold0", "val_loss/fold1", "val_loss/fold2"], folds
+    assert best["value"] == pytest.approx(sum(folds.values()) / 3)
 
 
 def _started_trials() -> int:
@@ -214,7 +396,7 @@ def _started_trials() -> int:
 def test_bad_sweep_input_is_one_sentence(sweep_project: Path) -> None:
     for args, says in (
         (["--param", "lr", "--objective", "loss:min"], "is not NAME=KIND:ARGS"),
-        (["--param", "x=uniform:0:1"], "a sweep needs --objective"),
+        (["--param", "x=uniform:0:1"], "a sweep needs an objective"),
         (["--param", "x=uniform:0:1", "--objective", "loss"], "does not say which way"),
         (["--param", "x=uniform:0:1", "--objective", "l:min", "--sampler", "x"], "--sampler"),
     ):
