@@ -15,10 +15,12 @@ from ferry.cli._common import add_command, whole_number
 EXAMPLE = """\
   ferry sweep job.yaml --param lr=loguniform:1e-4:1e-1 --param batch=choice:32,64,128 \\
       --param layers=int:2:6 --trials 40 --parallel 4 --objective val_loss:min
+  ferry sweep job.yaml --backend ray        # the spec's sweep: section, trials on Ray
   ferry sweep ls
   ferry sweep status digits-sw3f2a
   ferry sweep best digits-sw3f2a --json
   ferry sweep resume digits-sw3f2a
+  SWEEP=$(ferry sweep job.yaml --detach) && ferry sweep status "$SWEEP"
   ferry sweep plot digits-sw3f2a -o sweep.png
   ferry cancel digits-sw3f2a
 """
@@ -56,6 +58,15 @@ def register(subparsers: Any) -> None:
     p.add_argument("--sampler", help="tpe, random, grid, cmaes or qmc (tpe)")
     p.add_argument("--pruner", help="median, hyperband or none (median)")
     p.add_argument("--seed", type=int, help="the sampler's seed, for a search that repeats")
+    p.add_argument(
+        "--backend", help="where the trials run (local, ray, vertex, sagemaker…): the spec's"
+    )
+    p.add_argument(
+        "--detach",
+        "-d",
+        action="store_true",
+        help="drive the sweep in the background: print its id and return (also resume)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON for scripts")
     p.add_argument(
         "-o", "--output", metavar="FILE.png", help="plot: write a PNG chart here (else text)"
@@ -94,7 +105,7 @@ def _new(args: argparse.Namespace, path: str) -> int:
     from ferry.sweeps.params import parse_params
     from ferry.sweeps.study import Search, parse_objective
 
-    spec = load_spec(path)
+    spec = load_spec(path, {"backend": args.backend} if args.backend else None)
     given = spec.sweep or SweepSection()  # (the spec's sweep: section; flags win)
     flagged = {p.partition("=")[0].strip() for p in args.param}
     params = [f"{k}={v}" for k, v in given.params.items() if k not in flagged] + args.param
@@ -139,6 +150,9 @@ def _resume(args: argparse.Namespace, sweep_id: str) -> int:
 
 def _drive(args: argparse.Namespace, sweep: Any, study: Any, resume: bool = False) -> int:
     from ferry import config
+
+    if args.detach:
+        return _detach(sweep.id)
     from ferry.cli._common import store_now
     from ferry.followers import start
     from ferry.sweeps.driver import Driver, driving, uncancel
@@ -161,6 +175,51 @@ def _drive(args: argparse.Namespace, sweep: Any, study: Any, resume: bool = Fals
         return 130  # (as ferry wait says of a cancelled job)
     shown = _best(args, sweep.id, ended=outcome.stopped)
     return 1 if outcome.stopped else shown
+
+
+def _detach(sweep_id: str) -> int:
+    """Start ``ferry sweep resume SWEEP`` in a session of its own, writing to the sweep's
+    log; print the sweep's id once it drives the sweep (or say why it could not)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from ferry import config
+    from ferry.errors import FerryError
+    from ferry.sweeps.driver import driven, log_path
+
+    home = config.ferry_home()
+    log = log_path(sweep_id, home)
+    log.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    code = "import sys; from ferry.cli.main import main; sys.exit(main(sys.argv[1:]))"
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        child = subprocess.Popen(
+            [sys.executable, "-c", code, "sweep", "resume", sweep_id],
+            stdin=subprocess.DEVNULL,
+            stdout=fd,
+            stderr=fd,
+            start_new_session=True,
+        )
+    finally:
+        os.close(fd)
+    deadline = time.monotonic() + 30
+    while not driven(sweep_id, home):
+        if child.poll() is not None or time.monotonic() > deadline:
+            lines = log.read_text(errors="replace").strip().splitlines()
+            said = lines[-1].removeprefix("ferry: ") if lines else "it said nothing"
+            raise FerryError(
+                f"the driver of sweep {sweep_id} did not start: {said}",
+                f"see {log}, or drive it here: ferry sweep resume {sweep_id}",
+            )
+        time.sleep(0.05)
+    print(sweep_id)
+    _say(
+        f"sweep {sweep_id} is driven in the background (log: {log}); "
+        f"see it with: ferry sweep status {sweep_id}"
+    )
+    return 0
 
 
 def _ls(args: argparse.Namespace) -> int:
@@ -208,11 +267,12 @@ def _ls(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace, sweep_id: str) -> int:
     from ferry import config
     from ferry.cli._common import store_now
-    from ferry.sweeps.driver import CANCELLED, load, spending, table
+    from ferry.sweeps.driver import CANCELLED, driven, load, spending, table
 
     sweep, study = load(sweep_id, config.ferry_home())
     rows = table(sweep, study)
     spent = sum(s.cost for s in spending(sweep, store_now()))
+    driving_now = driven(sweep.id, config.ferry_home())
     if args.json:
         print(
             json.dumps(
@@ -222,6 +282,7 @@ def _status(args: argparse.Namespace, sweep_id: str) -> int:
                     "total": sweep.total,  # (the trials it runs in all)
                     "spent": round(spent, 6),  # USD, all its trials together
                     "cancelled": bool(study.user_attrs.get(CANCELLED)),
+                    "driven": driving_now,  # (a driver runs it now)
                     "trials": rows,
                 },
                 indent=2,
@@ -232,6 +293,7 @@ def _status(args: argparse.Namespace, sweep_id: str) -> int:
     metric = sweep.search.objective.describe()
     cost = f"{spent:.2f} USD" + (f" of {sweep.max_cost:.2f}" if sweep.max_cost else "")
     cancelled = ", cancelled" if study.user_attrs.get(CANCELLED) else ""
+    cancelled += ", being driven" if driving_now else ""
     print(
         f"sweep {sweep.id}: {len(rows)} of {sweep.total} trials, objective {metric}, "
         f"spent {cost}{cancelled}"

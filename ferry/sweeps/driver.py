@@ -188,6 +188,28 @@ def uncancel(study: Any) -> bool:
     return True
 
 
+def driven(sweep_id: str, home: Path) -> bool:
+    """Whether a process drives the sweep now (holds it: see ``driving``)."""
+    import fcntl
+
+    path = home / "sweeps" / f"{sweep_id}.lock"
+    if not path.exists():
+        return False
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # (and with it, the lock it may have taken)
+    return False
+
+
+def log_path(sweep_id: str, home: Path) -> Path:
+    """Where a driver started with ``--detach`` writes what it says."""
+    return home / "sweeps" / f"{sweep_id}.log"
+
+
 @contextlib.contextmanager
 def driving(sweep_id: str, home: Path) -> Iterator[None]:
     """Hold the sweep for this process's driver. Raises UsageError when another process
@@ -197,14 +219,18 @@ def driving(sweep_id: str, home: Path) -> Iterator[None]:
     folder = home / "sweeps"
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd = os.open(folder / f"{sweep_id}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise UsageError(
-            f"sweep {sweep_id} is being driven by another ferry process",
-            "let it go on, or stop it (Ctrl-C) first",
-        ) from None
+    for tries in range(20):  # (``driven`` holds it a moment, as it looks)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if tries == 19:
+                os.close(fd)
+                raise UsageError(
+                    f"sweep {sweep_id} is being driven by another ferry process",
+                    "let it go on, or stop it (Ctrl-C) first",
+                ) from None
+            time.sleep(0.05)
     try:
         yield
     finally:

@@ -691,3 +691,24 @@ def test_requirements_are_installed_where_the_ray_job_runs(
     failed = wait_status(_submit_spec(ray_project, spec), "FAILED", timeout=120)
     assert "could not be installed" in failed["reason"], failed["reason"]
     assert "environment.log in the attempt's run folder" in failed["reason"]
+
+
+def test_a_sweep_runs_its_trials_on_ray(ray_project: Path) -> None:
+    (ray_project / "quad.py").write_text(
+        "from ferry import runtime\n"
+        "x = float(runtime.hparams()['x'])\n"
+        "for step in range(3):\n"
+        "    runtime.report(loss=(x - 2) ** 2 + 0.1 * (3 - step), step=step)\n"
+    )
+    (ray_project / "job.yaml").write_text("name: quad\ncommand: python quad.py\n")
+    done = ferry(
+        "sweep", "job.yaml", "--backend", "ray", "--param", "x=choice:1,2", "--sampler", "grid",
+        "--parallel", "2", "--objective", "loss:min", cwd=ray_project, timeout=180,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    [listed] = ferry_json("sweep", "ls")
+    trials = ferry_json("sweep", "status", listed["sweep"])["trials"]
+    assert [(t["params"]["x"], t["state"]) for t in trials] == [(2, "COMPLETE"), (1, "COMPLETE")]
+    assert [round(t["objective"], 6) for t in trials] == [0.1, 1.1]
+    for trial in trials:  # each an ordinary Ray job of Ferry's
+        assert job_status(trial["job"])["backend"] == "ray"

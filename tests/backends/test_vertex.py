@@ -261,3 +261,29 @@ def test_outputs_outside_a_bucket_are_refused_at_submit(home: Path, project: Pat
     line = assert_one_line_error(refused, 2)
     assert "writes the job's outputs to a gs:// bucket" in line
     assert ferry_json("jobs") == []
+
+
+def test_a_sweep_of_a_vertex_script_runs_its_trials_on_vertex(
+    on_vertex: dict[str, Any], project: Path
+) -> None:
+    # a script written for Vertex AI's hyperparameter tuning: --x=VALUE, the metric printed
+    (project / "tune.py").write_text(
+        "import argparse\n"
+        "parser = argparse.ArgumentParser()\n"
+        "parser.add_argument('--x', type=float, required=True)\n"
+        "x = parser.parse_args().x\n"
+        "print(f'loss={(x - 2) ** 2 + 0.5}', flush=True)\n"
+    )
+    (project / "job.yaml").write_text("name: tune\ncommand: python tune.py\ncontract: vertex\n")
+    done = ferry(
+        "sweep", "job.yaml", "--backend", "vertex", "--param", "x=choice:0,3", "--sampler",
+        "grid", "--parallel", "2", "--objective", "loss:min", cwd=project, timeout=240,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    [listed] = ferry_json("sweep", "ls")
+    trials = ferry_json("sweep", "status", listed["sweep"])["trials"]
+    assert [(t["params"]["x"], t["objective"]) for t in trials] == [(3, 1.5), (0, 4.5)]
+    for trial in trials:
+        assert job_status(trial["job"])["backend"] == "vertex"
+    sent = [r["jobSpec"]["workerPoolSpecs"][0] for r in on_vertex["server"].requests[-2:]]
+    assert all(p["pythonPackageSpec"]["pythonModule"] == "ferry.runner.cloud" for p in sent)

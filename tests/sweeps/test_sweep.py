@@ -388,6 +388,21 @@ def test_the_readme_example_sweeps_with_cross_validation(home: Path, tmp_path: P
     assert best["value"] == pytest.approx(sum(folds.values()) / 3)
 
 
+def test_a_detached_sweep_is_driven_in_the_background(sweep_project: Path) -> None:
+    done = _sweep(
+        sweep_project, "--param", "x=choice:1,2,3", "--sampler", "grid",
+        "--objective", "loss:min", "--detach",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    sweep_id = done.stdout.strip()
+    assert sweep_id == _only_sweep() and "is driven in the background" in done.stderr
+    wait_for(lambda: not _status(sweep_id)["driven"], 120, "the detached driver to end")
+    states = sorted(t["state"] for t in _status(sweep_id)["trials"])
+    assert states == ["COMPLETE"] * 3, states
+    said = (Path(os.environ["FERRY_HOME"]) / "sweeps" / f"{sweep_id}.log").read_text()
+    assert "trial 2: job" in said and f"# best of sweep {sweep_id}" in said, said
+
+
 def _started_trials() -> int:
     listed = ferry_json("jobs")
     return sum(1 for j in listed if j["name"].startswith("quad-sw"))
