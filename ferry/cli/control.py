@@ -63,11 +63,14 @@ def cancel(args: argparse.Namespace) -> int:
     from ferry.followers import start
 
     store = store_now()
-    sweeps = [ref for ref in args.jobs if _is_sweep(ref)]
-    jobs = [find_job(store, ref) for ref in args.jobs if ref not in sweeps]
-    waited = [j.id for j in jobs]
-    for sweep_id in sweeps:
-        waited += _cancel_sweep(store, sweep_id)
+    jobs, waited = [], []
+    for ref in args.jobs:
+        stopped = _cancel_sweep(store, ref) if _is_sweep(ref) else None
+        if stopped is None:  # (not a sweep: a job, or a prefix of one)
+            jobs.append(find_job(store, ref))
+        else:
+            waited += stopped
+    waited += [j.id for j in jobs]
     for job in jobs:
         if job.status.is_terminal():
             eprint(f"ferry: {job.id} already ended ({job.status.value})")
@@ -86,15 +89,19 @@ def _is_sweep(ref: str) -> bool:
     return is_sweep_id(ref, config.ferry_home())
 
 
-def _cancel_sweep(store: Any, sweep_id: str) -> list[str]:
-    """Cancel a sweep and its running trials; their jobs' ids."""
+def _cancel_sweep(store: Any, sweep_id: str) -> list[str] | None:
+    """Cancel a sweep and its running trials; their jobs' ids (None: no such sweep)."""
     from ferry import config
+    from ferry.errors import UsageError
     from ferry.followers import start
     from ferry.sweeps.driver import Driver, load
     from ferry.sweeps.study import require_optuna
 
     require_optuna()
-    sweep, study = load(sweep_id, config.ferry_home())
+    try:
+        sweep, study = load(sweep_id, config.ferry_home())
+    except UsageError:
+        return None
     stopped = Driver(sweep, study, store, start).cancel()
     shown = f": {len(stopped)} running trial{'s' if len(stopped) != 1 else ''} stopping"
     eprint(f"ferry: sweep {sweep.id} cancelled{shown if stopped else ''}")

@@ -158,6 +158,7 @@ def _drive(args: argparse.Namespace, sweep: Any, study: Any, resume: bool = Fals
     from ferry.sweeps.driver import Driver, driving, uncancel
 
     with driving(sweep.id, config.ferry_home()):
+        _ready()
         if resume and uncancel(study):  # (only once no other driver holds it)
             _say(f"sweep {sweep.id} was cancelled: it goes on")
         _say(
@@ -177,23 +178,49 @@ def _drive(args: argparse.Namespace, sweep: Any, study: Any, resume: bool = Fals
     return 1 if outcome.stopped else shown
 
 
+READY = "FERRY_SWEEP_READY_FD"  # a detached driver says on this pipe that it holds the sweep
+
+
+def _ready() -> None:
+    """Tell the ``ferry sweep --detach`` that started this driver that it holds the sweep."""
+    import os
+
+    fd = os.environ.pop(READY, None)
+    if fd is not None and fd.isdigit():
+        try:
+            os.write(int(fd), b"1")
+            os.close(int(fd))
+        except OSError:  # (it gave up waiting)
+            pass
+
+
 def _detach(sweep_id: str) -> int:
     """Start ``ferry sweep resume SWEEP`` in a session of its own, writing to the sweep's
-    log; print the sweep's id once it drives the sweep (or say why it could not)."""
+    log; print the sweep's id once that driver holds the sweep (or say why it did not)."""
     import os
+    import select
+    import signal
     import subprocess
     import sys
-    import time
 
     from ferry import config
-    from ferry.errors import FerryError
+    from ferry.errors import FerryError, UsageError
     from ferry.sweeps.driver import driven, log_path
 
     home = config.ferry_home()
+    if driven(sweep_id, home):
+        raise UsageError(
+            f"sweep {sweep_id} is being driven by another ferry process",
+            f"see it with: ferry sweep status {sweep_id}",
+        )
     log = log_path(sweep_id, home)
     log.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    code = "import sys; from ferry.cli.main import main; sys.exit(main(sys.argv[1:]))"
+    # (without the working folder on sys.path: a project's yaml.py must not stand in)
+    code = (
+        "import sys; sys.path.pop(0); from ferry.cli.main import main; sys.exit(main(sys.argv[1:]))"
+    )
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    read, write = os.pipe()
     try:
         child = subprocess.Popen(
             [sys.executable, "-c", code, "sweep", "resume", sweep_id],
@@ -201,19 +228,27 @@ def _detach(sweep_id: str) -> int:
             stdout=fd,
             stderr=fd,
             start_new_session=True,
+            pass_fds=(write,),
+            env={**os.environ, READY: str(write)},
         )
     finally:
         os.close(fd)
-    deadline = time.monotonic() + 30
-    while not driven(sweep_id, home):
-        if child.poll() is not None or time.monotonic() > deadline:
-            lines = log.read_text(errors="replace").strip().splitlines()
-            said = lines[-1].removeprefix("ferry: ") if lines else "it said nothing"
-            raise FerryError(
-                f"the driver of sweep {sweep_id} did not start: {said}",
-                f"see {log}, or drive it here: ferry sweep resume {sweep_id}",
-            )
-        time.sleep(0.05)
+        os.close(write)
+    try:
+        answered, _, _ = select.select([read], [], [], 60)
+        said = os.read(read, 1) if answered else b""
+    finally:
+        os.close(read)
+    if said != b"1":  # (it ended, or never got that far)
+        if not answered:
+            os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+        lines = log.read_text(errors="replace").strip().splitlines()
+        last = lines[-1].removeprefix("ferry: ") if lines else "it said nothing"
+        raise FerryError(
+            f"the driver of sweep {sweep_id} did not start: {last}",
+            f"see {log}, or drive it here: ferry sweep resume {sweep_id}",
+        )
     print(sweep_id)
     _say(
         f"sweep {sweep_id} is driven in the background (log: {log}); "
@@ -224,7 +259,7 @@ def _detach(sweep_id: str) -> int:
 
 def _ls(args: argparse.Namespace) -> int:
     from ferry import config
-    from ferry.sweeps.driver import SETTINGS
+    from ferry.sweeps.driver import SETTINGS, counted_trials
 
     home = config.ferry_home()
     rows: list[dict[str, Any]] = []
@@ -235,13 +270,16 @@ def _ls(args: argparse.Namespace) -> int:
 
         from ferry.sweeps.study import storage
 
-        for summary in optuna.get_all_study_summaries(storage(home)):
+        store = storage(home)
+        for summary in optuna.get_all_study_summaries(store):
             settings = summary.user_attrs.get(SETTINGS) or {}
             best = summary.best_trial
+            study_id = store.get_study_id_from_name(summary.study_name)
+            trials = store.get_all_trials(study_id, deepcopy=False)
             rows.append(
                 {
                     "sweep": summary.study_name,
-                    "trials": summary.n_trials,
+                    "trials": len(counted_trials(trials)),
                     "of": settings.get("trials"),
                     "objective": settings.get("objective"),
                     "best": best.value if best is not None else None,
@@ -267,7 +305,7 @@ def _ls(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace, sweep_id: str) -> int:
     from ferry import config
     from ferry.cli._common import store_now
-    from ferry.sweeps.driver import CANCELLED, driven, load, spending, table
+    from ferry.sweeps.driver import CANCELLED, counted_trials, driven, load, spending, table
 
     sweep, study = load(sweep_id, config.ferry_home())
     rows = table(sweep, study)
@@ -294,8 +332,9 @@ def _status(args: argparse.Namespace, sweep_id: str) -> int:
     cost = f"{spent:.2f} USD" + (f" of {sweep.max_cost:.2f}" if sweep.max_cost else "")
     cancelled = ", cancelled" if study.user_attrs.get(CANCELLED) else ""
     cancelled += ", being driven" if driving_now else ""
+    counted = len(counted_trials(study.get_trials(deepcopy=False)))
     print(
-        f"sweep {sweep.id}: {len(rows)} of {sweep.total} trials, objective {metric}, "
+        f"sweep {sweep.id}: {counted} of {sweep.total} trials, objective {metric}, "
         f"spent {cost}{cancelled}"
     )
     names = [p.name for p in sweep.search.params]

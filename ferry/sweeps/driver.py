@@ -54,6 +54,7 @@ AGAIN = "again"  # a trial's user attribute: the sweep stopped it, so its values
 AGAIN_OF = "again_of"  # ... in the trial that has this user attribute (its number)
 CANCELLED = "cancelled"  # the study's user attribute: when ferry cancel SWEEP cancelled it
 CAP_SPENT = "the sweep's max_cost was spent"  # why its trials were stopped at the cap
+PAGE = 10_000  # metric points read at a time
 COST_EVERY = 1.0  # s between the driver's sums of what the trials have spent (with a cap)
 
 
@@ -303,14 +304,7 @@ class Driver:
                     self.say(outcome.stopped)
                     for trial in running:
                         self._cancel(trial, because)
-            # (a trial the sweep stopped is no result: its values run again in a new one;
-            # trials enqueued for that and not yet asked are still to come)
-            counted = [
-                t
-                for t in trials
-                if t.state.name != "WAITING"
-                and not (t.user_attrs.get(AGAIN) and t.state.name != "COMPLETE")
-            ]
+            counted = counted_trials(trials)
             if outcome.stopped:
                 if not running:
                     return outcome
@@ -458,7 +452,7 @@ class Driver:
             outcome.pruned += 1
             self.say(f"trial {trial.number}: pruned at step {trial.user_attrs[PRUNED_AT]}")
             return
-        value = self._objective(job_id)
+        value = self._objective(trial, job_id)
         if job.status.name != "SUCCEEDED" or value is None or math.isnan(value):
             why = job.reason or job.status.name
             if value is None and job.status.name == "SUCCEEDED":
@@ -476,7 +470,8 @@ class Driver:
     def _submitted(self, trial: Any) -> str | None:
         """The job of a trial whose id was never recorded (a driver killed between the
         submit and the record): found by its name, and recorded now."""
-        found = self.store.find_jobs(f"{self.sweep.id}-{trial.number}-")
+        name = f"{self.sweep.id}-{trial.number}"  # (a job's id is its name made a slug)
+        found = [job for job in self.store.list_jobs() if job.name == name]
         if not found:
             return None
         self._set(trial, JOB, found[0].id)
@@ -488,29 +483,35 @@ class Driver:
 
         Rank 0's points count (every rank of a gang may report the same). A step already
         reported keeps its first value (an attempt resumed from a checkpoint reports some
-        steps again); NaN goes to the pruner as NaN, which cuts the trial. Metrics
+        steps again); NaN goes to the pruner as NaN; a negative step is left out. Metrics
         reported per fold (``NAME/foldK``) reach the pruner as the mean over the folds
         that ended (a fold has ended once the next one reports), at step ``folds - 1``."""
         seen = self.seen.get(trial.number)
         if seen is None:
             seen = self.seen[trial.number] = _Seen(steps=set(trial.intermediate_values))
-        points = self.store.metrics_after(job_id, seen.cursor)
-        if not points:
-            return False
-        seen.cursor = points[-1][0]
         fresh: list[tuple[int, float]] = []
-        for _, _, rank, step, _, name, stored in points:
-            value = math.nan if stored is None else float(stored)  # (NaN is kept as NULL)
-            if rank != 0:
-                continue
-            if name == self.metric:
-                fresh.append((int(step) if step is not None else seen.unnumbered, value))
-                seen.unnumbered += 1
-            elif (fold := _fold(name, self.metric)) is not None:
-                if seen.folds and fold > max(seen.folds):  # (the folds before it ended)
-                    ended = [seen.folds[k] for k in sorted(seen.folds)]
-                    fresh.append((len(ended) - 1, sum(ended) / len(ended)))
-                seen.folds[fold] = value
+        while True:
+            points = self.store.metrics_after(job_id, seen.cursor, PAGE)
+            if not points:
+                break
+            seen.cursor = points[-1][0]
+            for _, _, rank, step, _, name, stored in points:
+                if rank != 0:
+                    continue
+                value = math.nan if stored is None else float(stored)  # (NaN: as NULL)
+                if name == self.metric:
+                    seen.last = value
+                    number = int(step) if step is not None else seen.unnumbered
+                    seen.unnumbered += 1
+                    if number >= 0:  # (Optuna takes no negative step)
+                        fresh.append((number, value))
+                elif (fold := _fold(name, self.metric)) is not None:
+                    if seen.folds and fold > max(seen.folds):  # (the folds before it ended)
+                        ended = [seen.folds[k] for k in sorted(seen.folds)]
+                        fresh.append((len(ended) - 1, sum(ended) / len(ended)))
+                    seen.folds[fold] = value
+            if len(points) < PAGE:
+                break
         fresh = [(step, value) for step, value in fresh if step not in seen.steps]
         if not fresh:
             return False
@@ -588,9 +589,14 @@ class Driver:
             return CAP_SPENT
         return ""
 
-    def _objective(self, job_id: str) -> float | None:
+    def _objective(self, trial: Any, job_id: str) -> float | None:
         """The metric's last value; else, reported per fold, the mean over the folds of
-        each one's last value."""
+        each one's last value: rank 0's (read by ``_reports``), else any rank's."""
+        seen = self.seen.get(trial.number)
+        if seen is not None and seen.last is not None:
+            return seen.last
+        if seen is not None and seen.folds:
+            return sum(seen.folds.values()) / len(seen.folds)
         folds = []
         for summary in self.store.metric_summaries(job_id):
             last = math.nan if summary.last is None else float(summary.last)  # (NaN: NULL)
@@ -609,6 +615,7 @@ class _Seen:
     cursor: int = 0  # the store's last metric point read
     unnumbered: int = 0  # points of the metric without a step (numbered in order)
     folds: dict[int, float] = field(default_factory=dict)  # fold -> its latest value
+    last: float | None = None  # the metric's latest value
 
 
 def _fold(name: str, metric: str) -> int | None:
@@ -617,6 +624,17 @@ def _fold(name: str, metric: str) -> int | None:
     if slash and head == metric and tail.startswith("fold") and tail[4:].isdigit():
         return int(tail[4:])
     return None
+
+
+def counted_trials(trials: list[Any]) -> list[Any]:
+    """The trials that count towards a sweep's total: not one the sweep stopped and
+    ended (its values run again in a new trial; one still stopping holds its place until
+    then), nor one queued for that and not yet started."""
+    return [
+        t
+        for t in trials
+        if t.state.name != "WAITING" and not (t.user_attrs.get(AGAIN) and t.state.name == "FAIL")
+    ]
 
 
 def _to_run_again(trials: list[Any]) -> Any | None:

@@ -15,19 +15,29 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FERRY, assert_one_line_error, ferry, ferry_json, wait_for
+from tests.conftest import (
+    FERRY,
+    assert_one_line_error,
+    ferry,
+    ferry_json,
+    job_status,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.slow]
 
 # `trial.py`: reports loss = (x - 2)^2 + n^2 (n: 0 unless given) over `steps` steps
 # (`pause` s apart, 0.05 unless given; four times that from x = `slow` on, as a diverging model
 # that would run long unless cut), falling a little each step; exits 3 when crash is x;
-# then waits while the file `hold` (when given) exists.
+# then waits while the file `hold` (when given) exists, from x = `hold_from` on (any x
+# unless given); with `deaf`, it ignores SIGTERM.
 TRIAL = textwrap.dedent(
     """
-    import os, sys, time
+    import os, signal, sys, time
     from ferry import runtime
     hp = runtime.hparams()
+    if hp.get("deaf"):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     x, n = float(hp["x"]), float(hp.get("n", 0))
     if str(hp.get("crash")) == str(hp["x"]):
         print("crashing on purpose", flush=True)
@@ -37,7 +47,8 @@ TRIAL = textwrap.dedent(
     for step in range(steps):
         runtime.report(loss=(x - 2) ** 2 + n ** 2 + (steps - step) * 0.001, step=step)
         time.sleep(pause)
-    while hp.get("hold") and os.path.exists(hp["hold"]):
+    held = x >= float(hp.get("hold_from", "-inf"))
+    while held and hp.get("hold") and os.path.exists(hp["hold"]):
         time.sleep(0.05)
     print("done", flush=True)
     """
@@ -265,6 +276,50 @@ def test_ferry_cancel_sweep_stops_its_trials_and_resume_goes_on(
     assert {t["params"]["x"] for t in trials} <= done_values  # (run again, whole)
 
 
+def test_a_grid_resumed_while_its_cancelled_trials_stop_runs_each_point_once(
+    sweep_project: Path, tmp_path: Path
+) -> None:
+    (sweep_project / "job.yaml").write_text(
+        "name: quad\ncommand: python trial.py\nlimits: {stop_grace: 12s}\n"
+        "resources: {cpus: 0.5}\n"  # (three at once on two cores)
+    )
+    hold = tmp_path / "hold"
+    hold.touch()
+    # x = 3 and 4 run until the hold goes; 1 and 2 end at once: two of three lanes stay busy
+    args = ["--param", "x=choice:1,2,3,4", "--param", f"hold=choice:{hold}",
+            "--param", "hold_from=choice:3", "--param", "deaf=choice:1", "--sampler", "grid",
+            "--parallel", "3", "--pruner", "none", "--objective", "loss:min"]  # fmt: skip
+    driver = subprocess.Popen(
+        [FERRY, "sweep", "job.yaml", *args], cwd=sweep_project, env=os.environ,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    wait_for(lambda: _started_trials() >= 4, 60, "every trial to start")
+    sweep_id = _only_sweep()
+    complete = lambda: [t for t in _status(sweep_id)["trials"] if t["state"] == "COMPLETE"]  # noqa: E731
+    wait_for(lambda: len(complete()) == 2, 60, "x = 1 and 2 to end")
+    assert ferry("cancel", sweep_id, cwd=sweep_project).returncode == 0
+    driver.kill()  # (its trials deaf to the notice: they stop only at the grace's end)
+    driver.wait(10)
+    assert all(t["state"] == "CANCELLED" for t in _status(sweep_id)["trials"][2:])
+    stopping = [t["job"] for t in _status(sweep_id)["trials"] if t["state"] != "COMPLETE"]
+    assert len(stopping) == 2  # (a lane is free: the resumed driver must wait for them)
+    resumed = subprocess.Popen(
+        [FERRY, "sweep", "resume", sweep_id], cwd=sweep_project, env=os.environ,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    ended = ("CANCELLED", "FAILED", "SUCCEEDED")
+    wait_for(lambda: all(job_status(j)["status"] in ended for j in stopping), 60, "the stop")
+    hold.unlink()
+    _, said = resumed.communicate(timeout=150)
+    assert resumed.returncode == 0, said
+    trials = _status(sweep_id)["trials"]
+    done = sorted(t["params"]["x"] for t in trials if t["state"] == "COMPLETE")
+    # every point once: no trial was asked while the two stopped, then theirs ran again
+    assert done == [1, 2, 3, 4], (trials, said)
+    assert said.count("again: trial") == 2, said
+    assert sorted(t["state"] for t in trials).count("CANCELLED") == 2, trials
+
+
 def test_the_specs_max_cost_caps_all_the_trials_together(sweep_project: Path) -> None:
     ferry("config", "set", "local.price_hour", "36")  # (0.01 USD a second)
     (sweep_project / "job.yaml").write_text(
@@ -396,11 +451,18 @@ def test_a_detached_sweep_is_driven_in_the_background(sweep_project: Path) -> No
     assert done.returncode == 0, done.stderr
     sweep_id = done.stdout.strip()
     assert sweep_id == _only_sweep() and "is driven in the background" in done.stderr
-    wait_for(lambda: not _status(sweep_id)["driven"], 120, "the detached driver to end")
+    log = Path(os.environ["FERRY_HOME"]) / "sweeps" / f"{sweep_id}.log"
+    # (its last words: the best trial's spec, written as it exits)
+    wait_for(lambda: f"# best of sweep {sweep_id}" in log.read_text(), 120, "the driver's end")
+    assert "trial 2: job" in log.read_text()
+    wait_for(lambda: not _status(sweep_id)["driven"], 30, "the detached driver to let go")
     states = sorted(t["state"] for t in _status(sweep_id)["trials"])
     assert states == ["COMPLETE"] * 3, states
-    said = (Path(os.environ["FERRY_HOME"]) / "sweeps" / f"{sweep_id}.log").read_text()
-    assert "trial 2: job" in said and f"# best of sweep {sweep_id}" in said, said
+    # resumed in the background once it has ended: nothing is left to run, and that is fine
+    again = ferry("sweep", "resume", sweep_id, "--detach", cwd=sweep_project)
+    assert again.returncode == 0 and again.stdout.strip() == sweep_id, again.stderr
+    wait_for(lambda: not _status(sweep_id)["driven"], 30, "the second driver to end")
+    assert len(_status(sweep_id)["trials"]) == 3
 
 
 def _started_trials() -> int:
