@@ -414,3 +414,29 @@ def test_outputs_outside_a_bucket_are_refused_at_submit(home: Path, project: Pat
     line = assert_one_line_error(refused, 2)
     assert "writes the job's outputs to a s3:// bucket" in line
     assert ferry_json("jobs") == []
+
+
+def test_a_sweep_of_a_sagemaker_script_runs_its_trials_on_sagemaker(
+    on_sagemaker: dict[str, Any], project: Path
+) -> None:
+    # a script written for SageMaker: its hyperparameters in hyperparameters.json and
+    # SM_HP_*, its metric printed for the MetricDefinitions
+    (project / "tune.py").write_text(
+        "import json, os\n"
+        "given = json.load(open('/opt/ml/input/config/hyperparameters.json'))\n"
+        "x = float(given['x'])\n"
+        "assert float(os.environ['SM_HP_X']) == x\n"
+        "print(f'loss={(x - 2) ** 2 + 0.25}', flush=True)\n"
+    )
+    (project / "job.yaml").write_text("name: tune\ncommand: python tune.py\ncontract: sagemaker\n")
+    done = ferry(
+        "sweep", "job.yaml", "--backend", "sagemaker", "--param", "x=choice:1,4",
+        "--sampler", "grid", "--parallel", "2", "--objective", "loss:min", cwd=project,
+        timeout=240,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    [listed] = ferry_json("sweep", "ls")
+    trials = ferry_json("sweep", "status", listed["sweep"])["trials"]
+    assert [(t["params"]["x"], t["objective"]) for t in trials] == [(1, 1.25), (4, 4.25)]
+    for trial in trials:
+        assert job_status(trial["job"])["backend"] == "sagemaker"

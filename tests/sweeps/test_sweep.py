@@ -155,7 +155,10 @@ def test_a_sweep_whose_trials_keep_failing_stops_and_goes_on_once_mended(
 ) -> None:
     trial = (sweep_project / "trial.py").read_text()
     (sweep_project / "trial.py").write_text("exit(4)\n")
-    done = _sweep(sweep_project, "--param", "x=int:0:4", "--trials", "8", "--objective", "loss:min")
+    done = _sweep(
+        sweep_project, "--param", "x=int:0:4", "--trials", "8", "--objective", "loss:min",
+        "--pruner", "none",  # (all its trials complete once mended: none is cut)
+    )  # fmt: skip
     assert done.returncode == 1
     assert "more than 50%: the sweep stops" in done.stderr
     assert "has no finished trial yet" in done.stderr
@@ -463,6 +466,35 @@ def test_a_detached_sweep_is_driven_in_the_background(sweep_project: Path) -> No
     assert again.returncode == 0 and again.stdout.strip() == sweep_id, again.stderr
     wait_for(lambda: not _status(sweep_id)["driven"], 30, "the second driver to end")
     assert len(_status(sweep_id)["trials"]) == 3
+
+
+def test_a_script_running_its_own_optuna_study_is_a_plain_job(sweep_project: Path) -> None:
+    (sweep_project / "own.py").write_text(
+        textwrap.dedent(
+            """
+            import optuna
+            from ferry import runtime
+            def objective(trial):
+                x = trial.suggest_float("x", -10, 10)
+                return (x - 2) ** 2
+            study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=0))
+            study.optimize(objective, n_trials=30)
+            runtime.report(best_value=study.best_value)
+            print(f"best x={study.best_params['x']:.4f}", flush=True)
+            """
+        )
+    )
+    done = ferry("run", "--", "python", "own.py", cwd=sweep_project, timeout=120)
+    assert done.returncode == 0, done.stderr
+    job_id = ferry_json("jobs")[0]["id"]
+    metrics = {m["name"]: m for m in ferry_json("metrics", job_id)}
+    assert metrics["best_value"]["last"] < 1.0 and abs(metrics["x"]["last"] - 2) < 1.0
+    # Optuna's own lines ("[I …] Trial 3 finished with value: …") are no metrics of the job
+    assert {n for n in metrics if not n.startswith(("sys/", "host/", "gpu"))} == {
+        "best_value",
+        "x",
+    }, metrics
+    assert ferry_json("sweep", "ls") == []  # (and it is no sweep of Ferry's)
 
 
 def _started_trials() -> int:
