@@ -59,7 +59,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--pruner", help="median, hyperband or none (median)")
     p.add_argument("--seed", type=int, help="the sampler's seed, for a search that repeats")
     p.add_argument(
-        "--backend", help="where the trials run (local, ray, vertex, sagemaker…): the spec's"
+        "--backend", help="where the trials run: local, ray, vertex, sagemaker… (the spec's)"
     )
     p.add_argument(
         "--detach",
