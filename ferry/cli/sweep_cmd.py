@@ -183,15 +183,14 @@ READY = "FERRY_SWEEP_READY_FD"  # a detached driver says on this pipe that it ho
 
 def _ready() -> None:
     """Tell the ``ferry sweep --detach`` that started this driver that it holds the sweep."""
+    import contextlib
     import os
 
     fd = os.environ.pop(READY, None)
     if fd is not None and fd.isdigit():
-        try:
+        with contextlib.suppress(OSError):  # (it gave up waiting)
             os.write(int(fd), b"1")
             os.close(int(fd))
-        except OSError:  # (it gave up waiting)
-            pass
 
 
 def _detach(sweep_id: str) -> int:
@@ -338,11 +337,12 @@ def _status(args: argparse.Namespace, sweep_id: str) -> int:
         f"spent {cost}{cancelled}"
     )
     names = [p.name for p in sweep.search.params]
-    print(f"{'TRIAL':>5}  {'STATE':<9} {'OBJECTIVE':>12}  {'JOB':<22} " + "  ".join(names))
+    wide = max([len(r["job"] or "-") for r in rows] + [3])  # (the job ids' column)
+    print(f"{'TRIAL':>5}  {'STATE':<9} {'OBJECTIVE':>12}  {'JOB':<{wide}}  " + "  ".join(names))
     for r in rows:
         value = "-" if r["objective"] is None else f"{r['objective']:.6g}"
         params = "  ".join(_cell(r["params"].get(n, "-")) for n in names)
-        print(f"{r['trial']:>5}  {r['state']:<9} {value:>12}  {r['job'] or '-':<22} {params}")
+        print(f"{r['trial']:>5}  {r['state']:<9} {value:>12}  {r['job'] or '-':<{wide}}  {params}")
     return 0
 
 
