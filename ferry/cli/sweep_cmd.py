@@ -329,12 +329,12 @@ def _status(args: argparse.Namespace, sweep_id: str) -> int:
         return 0
     metric = sweep.search.objective.describe()
     cost = f"{spent:.2f} USD" + (f" of {sweep.max_cost:.2f}" if sweep.max_cost else "")
-    cancelled = ", cancelled" if study.user_attrs.get(CANCELLED) else ""
-    cancelled += ", being driven" if driving_now else ""
+    notes = ", cancelled" if study.user_attrs.get(CANCELLED) else ""
+    notes += ", being driven" if driving_now else ""
     counted = len(counted_trials(study.get_trials(deepcopy=False)))
     print(
         f"sweep {sweep.id}: {counted} of {sweep.total} trials, objective {metric}, "
-        f"spent {cost}{cancelled}"
+        f"spent {cost}{notes}"
     )
     names = [p.name for p in sweep.search.params]
     wide = max([len(r["job"] or "-") for r in rows] + [3])  # (the job ids' column)

@@ -142,8 +142,9 @@ def create(
     cap = spec.limits.max_cost
     for _ in range(5):  # (an id another sweep has: another one)
         sweep = Sweep(
-            new_id(spec.name or ""), base, search, trials, parallel, 0.5, cap, time.time()
-        )
+            new_id(spec.name or ""), base, search, trials, parallel, max_cost=cap,
+            created=time.time(),
+        )  # fmt: skip
         try:
             study = open_study(sweep.id, search, home, new=True)
         except optuna.exceptions.DuplicatedStudyError:

@@ -111,6 +111,24 @@ def loss_points(job_id: str) -> int:
     return sum(m["points"] for m in json.loads(out.stdout) if m["name"] == "loss")
 
 
+def grid_sweep(project: Path, backend: str, param: str, timeout: float = 240) -> list[Any]:
+    """``ferry sweep job.yaml`` of ``project`` on ``backend``: a grid over ``param`` (one
+    ``--param``), two trials at once, ``loss:min``. Its trials, best first, each checked
+    to have run as a job of that backend."""
+    done = ferry(
+        "sweep", "job.yaml", "--backend", backend, "--param", param, "--sampler", "grid",
+        "--parallel", "2", "--objective", "loss:min", cwd=project, timeout=timeout,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    [listed] = json.loads(ferry("sweep", "ls", "--json").stdout)
+    status = json.loads(ferry("sweep", "status", listed["sweep"], "--json").stdout)
+    for trial in status["trials"]:  # each an ordinary job of that backend
+        job = json.loads(ferry("status", trial["job"], "--json").stdout)
+        assert job["backend"] == backend, job
+    trials: list[Any] = status["trials"]
+    return trials
+
+
 @pytest.fixture(scope="session")
 def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A Ray head on this machine, started as Ferry starts one (``ray.address`` unset):

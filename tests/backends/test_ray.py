@@ -21,7 +21,7 @@ import pytest
 
 from ferry.backends.ray_cluster import dashboard_url
 from ferry.backends.ray_jobs import zip_folder
-from tests.backends.conftest import GANG, SCRIPT
+from tests.backends.conftest import GANG, SCRIPT, grid_sweep
 from tests.conftest import (
     assert_one_line_error,
     ferry,
@@ -701,14 +701,6 @@ def test_a_sweep_runs_its_trials_on_ray(ray_project: Path) -> None:
         "    runtime.report(loss=(x - 2) ** 2 + 0.1 * (3 - step), step=step)\n"
     )
     (ray_project / "job.yaml").write_text("name: quad\ncommand: python quad.py\n")
-    done = ferry(
-        "sweep", "job.yaml", "--backend", "ray", "--param", "x=choice:1,2", "--sampler", "grid",
-        "--parallel", "2", "--objective", "loss:min", cwd=ray_project, timeout=180,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    [listed] = ferry_json("sweep", "ls")
-    trials = ferry_json("sweep", "status", listed["sweep"])["trials"]
+    trials = grid_sweep(ray_project, "ray", "x=choice:1,2", timeout=180)
     assert [(t["params"]["x"], t["state"]) for t in trials] == [(2, "COMPLETE"), (1, "COMPLETE")]
     assert [round(t["objective"], 6) for t in trials] == [0.1, 1.1]
-    for trial in trials:  # each an ordinary Ray job of Ferry's
-        assert job_status(trial["job"])["backend"] == "ray"

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.backends.conftest import loss_points
+from tests.backends.conftest import grid_sweep, loss_points
 from tests.backends.sagemaker_server import SageMakerServer
 from tests.conftest import (
     assert_one_line_error,
@@ -429,14 +429,5 @@ def test_a_sweep_of_a_sagemaker_script_runs_its_trials_on_sagemaker(
         "print(f'loss={(x - 2) ** 2 + 0.25}', flush=True)\n"
     )
     (project / "job.yaml").write_text("name: tune\ncommand: python tune.py\ncontract: sagemaker\n")
-    done = ferry(
-        "sweep", "job.yaml", "--backend", "sagemaker", "--param", "x=choice:1,4",
-        "--sampler", "grid", "--parallel", "2", "--objective", "loss:min", cwd=project,
-        timeout=240,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    [listed] = ferry_json("sweep", "ls")
-    trials = ferry_json("sweep", "status", listed["sweep"])["trials"]
+    trials = grid_sweep(project, "sagemaker", "x=choice:1,4")
     assert [(t["params"]["x"], t["objective"]) for t in trials] == [(1, 1.25), (4, 4.25)]
-    for trial in trials:
-        assert job_status(trial["job"])["backend"] == "sagemaker"

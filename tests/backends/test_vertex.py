@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.backends.conftest import loss_points
+from tests.backends.conftest import grid_sweep, loss_points
 from tests.backends.vertex_server import VertexServer
 from tests.conftest import (
     assert_one_line_error,
@@ -275,15 +275,7 @@ def test_a_sweep_of_a_vertex_script_runs_its_trials_on_vertex(
         "print(f'loss={(x - 2) ** 2 + 0.5}', flush=True)\n"
     )
     (project / "job.yaml").write_text("name: tune\ncommand: python tune.py\ncontract: vertex\n")
-    done = ferry(
-        "sweep", "job.yaml", "--backend", "vertex", "--param", "x=choice:0,3", "--sampler",
-        "grid", "--parallel", "2", "--objective", "loss:min", cwd=project, timeout=240,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    [listed] = ferry_json("sweep", "ls")
-    trials = ferry_json("sweep", "status", listed["sweep"])["trials"]
+    trials = grid_sweep(project, "vertex", "x=choice:0,3")
     assert [(t["params"]["x"], t["objective"]) for t in trials] == [(3, 1.5), (0, 4.5)]
-    for trial in trials:
-        assert job_status(trial["job"])["backend"] == "vertex"
     sent = [r["jobSpec"]["workerPoolSpecs"][0] for r in on_vertex["server"].requests[-2:]]
     assert all(p["pythonPackageSpec"]["pythonModule"] == "ferry.runner.cloud" for p in sent)
