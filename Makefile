@@ -12,11 +12,16 @@ WORKERS ?= 2
 
 .PHONY: demo test bench lint format venv clean
 
+# The pip that comes with Python 3.11 (23.x) backtracks for over ten minutes on the dev set
+# (through moto's releases); a current pip resolves it in under half a minute.
+PIP_MIN := pip>=25.1
+
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 # the dev set holds the example's extras too, so it stands for both
 $(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install -q --disable-pip-version-check '$(PIP_MIN)'
 	$(PIP) -e '.[dev]'
 	@# google-cloud-aiplatform's legacy namespace .pth imports google.cloud into every
 	@# interpreter as it starts; Python finds those namespace packages without it
@@ -24,6 +29,7 @@ $(STAMP): pyproject.toml | $(PY)
 	touch $(STAMP) $(DEMO_STAMP)
 
 $(DEMO_STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install -q --disable-pip-version-check '$(PIP_MIN)'
 	$(PIP) -e '.[example]'
 	touch $(DEMO_STAMP)
 
