@@ -81,7 +81,9 @@ class Resources(_Model):
     accelerator: str | None = None  # canonical "A100:1" / "tpu-v5e-8"
     cpus: float | None = Field(default=None, gt=0, le=100_000, allow_inf_nan=False)
     memory: int | None = None  # bytes
-    spot: bool = False
+    # true: spot capacity; "flex": flex-start capacity (waits for the machines, then runs
+    # without preemption; Vertex AI's Dynamic Workload Scheduler)
+    spot: bool | Literal["flex"] = False
     nodes: int = Field(default=1, ge=1, le=10_000)
     # processes per node (a gang with nodes); None: one per GPU of the node, or 1
     procs_per_node: int | None = Field(default=None, ge=1, le=1024)
@@ -93,6 +95,22 @@ class Resources(_Model):
     @classmethod
     def _places(cls, value: object) -> object:
         return (value,) if isinstance(value, str) else value
+
+    @field_validator("spot", mode="before")
+    @classmethod
+    def _spot(cls, value: object) -> object:
+        words = {"flex": "flex", "true": True, "yes": True, "on": True, "1": True}
+        words.update({"false": False, "no": False, "off": False, "0": False})
+        if isinstance(value, str) and value.strip().lower() in words:
+            return words[value.strip().lower()]
+        if isinstance(value, bool) or value is None or value in (0, 1):
+            return bool(value)
+        raise ValueError(f"expected true, false or flex, not {value!r}")
+
+    @property
+    def flex_start(self) -> bool:
+        """Whether the job asks for flex-start capacity (``spot: flex``)."""
+        return self.spot == "flex"
 
     @field_validator("providers")
     @classmethod

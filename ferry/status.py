@@ -62,6 +62,11 @@ def sources_of(new: JobStatus) -> frozenset[JobStatus]:
     return frozenset(old for old, targets in TRANSITIONS.items() if new in targets)
 
 
+# How an event naming the provider's own job (its console page) starts: an attached
+# `ferry run` prints it as it comes
+PROVIDER_JOB_PREFIX = "provider job: "
+
+
 class AttemptStatus(str, Enum):
     """How one attempt went."""
 

@@ -75,6 +75,17 @@ class RunningAttempt(abc.ABC):
     handle: str
     pid: int | None = None
 
+    @property
+    def waiting(self) -> bool:
+        """Whether it still waits for its machine (a cloud job the provider has not
+        started): its runtime and cost do not count yet. Known after the first poll."""
+        return False
+
+    @property
+    def machine_started(self) -> float | None:
+        """When its machine started (time.time()), for one that waited, once known."""
+        return None
+
     @abc.abstractmethod
     def poll(self) -> Exit | None:
         """How the attempt ended, or None while it runs. Never blocks for long."""
@@ -165,6 +176,16 @@ class Backend(abc.ABC):
         listing: path, size, sha256 of each file); None when it listed nothing."""
         return None
 
+    def provider_log(self, job: Job, handle: str | None, lines: int) -> list[str]:
+        """The last ``lines`` of the log the provider keeps of an attempt (SageMaker's
+        CloudWatch streams), a second source beside the log Ferry copies. Raises
+        FerryError where there is none to read."""
+        raise Unsupported(
+            f"the {self.name} backend keeps no log of its own: ferry logs {job.id} shows all "
+            "the attempt wrote",
+            f"ferry logs {job.id}",
+        )
+
     # What an attempt of a job costs and gets here, asked at each launch (the controller
     # records them with the attempt, and bills and stops it by them).
 
@@ -241,7 +262,9 @@ def features_used(spec: JobSpec) -> dict[str, str]:
             used[f"inputs.{item.mode}"] = f"input mode {item.mode!r} (input {name!r})"
     if spec.outputs and "://" in spec.outputs and not spec.outputs.startswith("file://"):
         used["outputs.remote"] = f"outputs to buckets ({spec.outputs})"
-    if spec.resources.spot:
+    if spec.resources.flex_start:
+        used["resources.flex"] = "flex-start capacity (resources.spot: flex)"
+    elif spec.resources.spot:
         used["resources.spot"] = "spot capacity (resources.spot)"
     if spec.resources.nodes > 1:
         used["resources.nodes"] = f"multi-node jobs (resources.nodes: {spec.resources.nodes})"

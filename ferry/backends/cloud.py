@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 
 RUNS_PREFIX = ".ferry/runs"  # in the job's bucket: the run folders of remote attempts
 DEFAULT_MAX_PENDING = 30 * 60.0  # s a cloud attempt may wait for its machine
+# s a flex-start attempt may wait: Vertex AI's own default maxWaitDuration (a day), since
+# waiting for capacity is what flex-start is for
+FLEX_START_MAX_PENDING = 24 * 3600.0
 POLL_EVERY = 2.0  # s between looks at the provider's job and the run folder
 UPLOAD_ALLOWANCE = defaults.CLOUD_UPLOAD_ALLOWANCE  # s after the grace, then the cancel
 _UNREACHABLE_LOST = 600.0  # s without an answer from the provider before it counts as lost
@@ -89,6 +92,15 @@ def choose(plan: Plan, backend: str) -> Option:
     if usable:
         return usable[0]
     passed = [o for o in found.skipped if o.backend == backend]
+    if plan.resources.flex_start and passed:
+        from ferry.backends.registry import flex_start_refusal
+
+        refusal = flex_start_refusal(backend)
+        if all(o.skipped == refusal for o in passed):
+            raise DoesNotFit(
+                f"{refusal}, and this job asks for {plan.resources.accelerator or 'no GPU'}",
+                "ask for one of those GPUs, or leave out resources.spot: flex",
+            )
     if passed:
         reasons = "; ".join(f"{o.describe()}: {o.skipped}" for o in passed[:3])
         raise DoesNotFit(
@@ -165,12 +177,15 @@ class CloudRun(RunningAttempt):
         self._cancel_at: float | None = None  # when the provider's job is to be cancelled
         self._cancelled: float | None = None  # when a cancel was last asked for
         self._ending: tuple[Seen, float] | None = None  # ended, its last lines still to copy
-        self._max_pending = job.plan.limits.max_pending or DEFAULT_MAX_PENDING
+        self._max_pending = max_pending(job.plan)
         self._recorded_end: float | None = None  # when the gang's end was seen recorded
         self._end_stands = False  # cancelled for running on after it: the end as recorded
         self._looked_for_end = 0.0
         self._state = ""  # the provider's last state, said in the events when it changes
         self._phase = Seen.PENDING  # the provider's last phase
+        self._running_since: float | None = None  # when it was first seen running
+        self._answered_phase: str | None = None  # the phase of the provider's last answer
+        self._asked_runner = False  # (its record read for when it started)
         self._said: list[str] = []
         _following.add(self)
 
@@ -197,6 +212,25 @@ class CloudRun(RunningAttempt):
     def events(self) -> list[str]:
         taken, self._said = self._said, []
         return taken + self._mirror.events()
+
+    @property
+    def waiting(self) -> bool:
+        if self._exit is not None or self._running_since is not None:
+            return False
+        # the provider said it waits, or it has ended (its last lines still to copy)
+        # without having been seen running: undecided until its runner's record is read
+        return self._answered_phase == Seen.PENDING or self._ending is not None
+
+    @property
+    def machine_started(self) -> float | None:
+        """When the provider was first seen running it; for one that ended between two
+        looks, when its runner started (its record says), or None: it never ran."""
+        if self._running_since is None and self._exit is not None and not self._asked_runner:
+            self._asked_runner = True
+            with contextlib.suppress(FerryError):
+                state = self._mirror.reader.state()
+                self._running_since = state.started_at if state is not None else None
+        return self._running_since
 
     def poll(self) -> Exit | None:
         if self._exit is not None:
@@ -229,7 +263,9 @@ class CloudRun(RunningAttempt):
             return None
         self._answered = now
         copied = self._copy(now)
-        self._phase = seen.phase
+        self._phase = self._answered_phase = seen.phase
+        if seen.phase == Seen.RUNNING and self._running_since is None:
+            self._running_since = time.time()
         if seen.state != self._state:
             self._state = seen.state
             words = f" ({seen.message})" if seen.message else ""
@@ -446,6 +482,14 @@ def nonce() -> str:
     return os.urandom(3).hex()
 
 
+def max_pending(plan: Plan) -> float:
+    """How long an attempt of ``plan`` may wait for its machines: ``limits.max_pending``,
+    else a day on flex-start capacity and half an hour on any other."""
+    if plan.limits.max_pending:
+        return plan.limits.max_pending
+    return FLEX_START_MAX_PENDING if plan.resources.flex_start else DEFAULT_MAX_PENDING
+
+
 def provider_timeout(plan: Plan, grace: float) -> float:
     """The provider's own limit: ``limits.max_runtime`` with room for the notice and the
     last upload (Ferry stops the job first), else ``cloud.max_runtime``."""
@@ -488,7 +532,7 @@ def write_order(
     nodes = plan.resources.nodes
     machine = dict(request.machine or {})
     machine["requirements_into"] = "interpreter"  # the framework container's own Python
-    if nodes > 1:  # how long the machines wait for each other
+    if nodes > 1:  # how long the machines wait for each other (started, so billed)
         machine["max_pending"] = plan.limits.max_pending or DEFAULT_MAX_PENDING
     machine.update(machine_changes or {})
     RunOrder(

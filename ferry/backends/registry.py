@@ -59,6 +59,26 @@ def launches(backend: str | None, instance_type: str) -> bool:
     return True
 
 
+def flex_start(backend: str | None, accelerator: str) -> bool:
+    """Whether ``backend`` offers flex-start capacity for the GPU ``accelerator`` (a
+    canonical name such as ``"A100"``): Vertex AI's Dynamic Workload Scheduler does, for
+    a few GPUs; no other backend has it."""
+    if backend == "vertex":
+        from ferry.backends.vertex_names import VERTEX_FLEX_START_GPUS
+
+        return accelerator in VERTEX_FLEX_START_GPUS
+    return False
+
+
+def flex_start_refusal(backend: str | None) -> str:
+    """Why ``backend`` cannot run an offering on flex-start capacity, for messages."""
+    if backend == "vertex":
+        from ferry.backends.vertex_names import VERTEX_FLEX_START_GPUS
+
+        return f"Vertex AI has flex-start capacity for {', '.join(VERTEX_FLEX_START_GPUS)} only"
+    return "flex-start capacity is Vertex AI's (Dynamic Workload Scheduler)"
+
+
 def known_backends() -> list[str]:
     """Backend names a spec may use."""
     return list(BACKENDS)

@@ -60,7 +60,8 @@ from ferry.backends.sagemaker_api import (
     region_of,
     require_sdk,
 )
-from ferry.errors import SpecError
+from ferry.errors import FerryError, SpecError
+from ferry.status import PROVIDER_JOB_PREFIX
 from ferry.store.records import Job
 
 if TYPE_CHECKING:
@@ -335,6 +336,12 @@ class SageMakerBackend(CloudBackend):
             config.get("sagemaker.endpoint") or f"https://api.sagemaker.{where}.amazonaws.com"
         )
         notes = [chosen.note] if chosen.note else []
+        if not spec.resources.regions and region() is None:
+            notes.append(
+                f"{where} is the cheapest region for this instance: the job runs in its "
+                "bucket's region, which Ferry asks S3 at submit (set sagemaker.region, "
+                "AWS_REGION or resources.regions to show that one here)"
+            )
         if any(uri.startswith("s3://") and not uri.endswith("/") for uri in _input_uris(spec)):
             notes.append(
                 "an s3:// input without a trailing / is looked at when the job is launched: "
@@ -393,7 +400,7 @@ class SageMakerBackend(CloudBackend):
         if not isinstance(made, dict):
             return made  # (refused for quota)
         console = sagemaker_request.console_url(where, name)
-        said.append(f"SageMaker training job {name}: {console}")
+        said.append(f"{PROVIDER_JOB_PREFIX}SageMaker training job {name}: {console}")
         return SageMakerRun(
             job,
             name,
@@ -422,6 +429,22 @@ class SageMakerBackend(CloudBackend):
         return SageMakerRun(
             job, name, folder, region_name, log_path, metrics_path, grace, option=option
         )
+
+    def provider_log(self, job: Job, handle: str | None, lines: int) -> list[str]:
+        from ferry.backends.sagemaker_request import logs_url
+
+        region_name, name, _ = _parse_handle(handle)
+        if not name:
+            raise SpecError(
+                f"the attempt of {job.id} made no training job yet", f"ferry status {job.id}"
+            )
+        found = SageMakerJobs(region_name).log_tail(name, lines)
+        if not found:
+            raise FerryError(
+                f"CloudWatch Logs has no lines of the training job {name} (yet)",
+                f"look at {logs_url(region_name, name)}",
+            )
+        return found
 
     def end_provider_job(self, handle: str) -> None:
         region_name, name, _ = _parse_handle(handle)

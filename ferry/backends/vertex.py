@@ -35,6 +35,7 @@ from ferry.backends.cloud import (
     bucket_root,
     choose,
     env_for,
+    max_pending,
     nonce,
     provider_timeout,
     write_order,
@@ -48,6 +49,7 @@ from ferry.backends.cloud_backend import (
     shown_request,
 )
 from ferry.errors import FerryError, SpecError
+from ferry.status import PROVIDER_JOB_PREFIX
 from ferry.store.records import Job
 
 if TYPE_CHECKING:
@@ -363,6 +365,7 @@ class VertexBackend(CloudBackend):
             "outputs.remote",
             "resources.nodes",
             "resources.spot",
+            "resources.flex",
             "resources.tpu",
             "environment.requirements",
             "environment.image",
@@ -384,6 +387,8 @@ class VertexBackend(CloudBackend):
                 "ask for a larger slice with nodes: 1, such as accelerator: tpu-v5e-16",
             )
         plan = Plan.of(spec.to_json())
+        if plan.resources.flex_start:
+            _check_flex_start(plan, self.stop_grace_of(plan))
         option = choose(self.placed(plan, outputs), self.name)
         target_for(plan, option, project() or PLACEHOLDER_PROJECT)  # (the image: refused early)
 
@@ -424,6 +429,7 @@ class VertexBackend(CloudBackend):
             outputs=outputs,
             env=dict(spec.env),
             timeout=provider_timeout(plan, self.stop_grace_of(plan)),
+            max_wait=max_pending(plan),
         )
         body["labels"]["ferry-job"] = job_id  # (the placeholders, not their label spelling)
         body["labels"][RUN_LABEL] = display
@@ -468,6 +474,7 @@ class VertexBackend(CloudBackend):
             outputs=job.outputs,
             env=env_for(job, request.env),
             timeout=provider_timeout(job.plan, request.grace),
+            max_wait=max_pending(job.plan),
         )
         body["labels"][RUN_LABEL] = vertex_request.label(display)
         said = [bundle_said(bundle)]
@@ -480,7 +487,9 @@ class VertexBackend(CloudBackend):
         if not isinstance(made, dict):
             return made  # (refused for quota)
         name = str(made["name"])
-        said.append(f"Vertex AI custom job {name}: {vertex_request.console_url(name)}")
+        said.append(
+            f"{PROVIDER_JOB_PREFIX}Vertex AI custom job {name}: {vertex_request.console_url(name)}"
+        )
         return VertexRun(
             job,
             name,
@@ -509,6 +518,19 @@ class VertexBackend(CloudBackend):
         if not name or not folder:
             return None
         return VertexRun(job, name, folder, log_path, metrics_path, grace, option=option)
+
+    def provider_log(self, job: Job, handle: str | None, lines: int) -> list[str]:
+        from ferry.backends.cloud_backend import folder_of
+
+        name = (handle or "").partition("@")[0]
+        parts = name.split("/")
+        where = f" (project {parts[1]}, region {parts[3]})" if len(parts) == 6 else ""
+        raise FerryError(
+            f"Vertex AI keeps the custom job's own log in Cloud Logging{where}, which Ferry "
+            f"does not read; ferry logs {job.id} has what the runner copied to "
+            f"{folder_of(handle) or 'the run folder'}",
+            "see the job's Cloud Console page (ferry status shows it), its Logs tab",
+        )
 
     def end_provider_job(self, handle: str) -> None:
         name = _parse_handle(handle)[0]
@@ -550,6 +572,30 @@ class VertexBackend(CloudBackend):
         return checks(plan, outputs, chosen, placed)
 
 
+def _check_flex_start(plan: Plan, grace: float) -> None:
+    """Refuse a flex-start job Vertex AI would refuse: one that may run over 7 days."""
+    from ferry.backends.vertex_names import VERTEX_FLEX_START_MAX_RUNTIME
+    from ferry.errors import Unsupported
+    from ferry.units import format_duration
+
+    timeout = provider_timeout(plan, grace)
+    if timeout <= VERTEX_FLEX_START_MAX_RUNTIME:
+        return
+    if plan.limits.max_runtime:
+        room = VERTEX_FLEX_START_MAX_RUNTIME - (timeout - plan.limits.max_runtime)
+        raise Unsupported(
+            "Vertex AI runs a flex-start job (resources.spot: flex) for 7 days at most, and "
+            f"limits.max_runtime ({format_duration(plan.limits.max_runtime)}), with the stop "
+            "grace and the last upload, is longer",
+            f"set limits.max_runtime to {format_duration(room // 60 * 60)} or less",
+        )
+    raise Unsupported(
+        "Vertex AI runs a flex-start job (resources.spot: flex) for 7 days at most, and the "
+        f"cloud.max_runtime setting ({format_duration(timeout)}) is longer",
+        "set limits.max_runtime in the spec, or: ferry config set cloud.max_runtime 6d",
+    )
+
+
 def in_region(plan: Plan) -> Plan:
     """The plan, kept to ``vertex.region`` when that is set (and the spec names none)."""
     from dataclasses import replace
@@ -588,6 +634,7 @@ def target_for(plan: Plan, option: Option, project_id: str) -> Chosen:
         region=region,
         machine=machine,
         spot=option.spot,
+        flex_start=option.flex_start,
         image=image,
         custom_image=bool(plan.image),
         service_account=config.get("vertex.service_account"),

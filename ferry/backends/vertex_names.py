@@ -72,6 +72,12 @@ VERTEX_N1_MACHINES: dict[str, dict[int, str]] = {
     },
 }
 
+# The GPUs Vertex AI's Dynamic Workload Scheduler starts on flex-start capacity
+# (scheduling.strategy FLEX_START; the job waits for all its machines, then runs at most 7 days).
+# https://cloud.google.com/vertex-ai/docs/training/schedule-jobs-dws (Requirements)
+VERTEX_FLEX_START_GPUS = ("L4", "A100", "A100-80GB", "H100", "H200", "B200")
+VERTEX_FLEX_START_MAX_RUNTIME = 7 * 24 * 3600.0  # s: a flex-start job's timeout at most
+
 # TPU v2 and v3 run on machine type "cloud-tpu" with acceleratorType TPU_V2/TPU_V3 and
 # acceleratorCount 8 (one TPU) or a multiple of 32 (a Pod slice); TPU v4 and v5p have no
 # training configuration on Vertex AI.

@@ -1,7 +1,8 @@
 """The vertex backend's preflight (:mod:`ferry.backends.preflight`): Google credentials,
-the project, the region, the bucket, the service account (IAM: it exists), the machine
-in the region, and its quota for custom training (Service Usage: the
-``aiplatform.googleapis.com/custom_model_training_*`` metric of the region).
+the project, the bucket, the service account (IAM: it exists), the machine in its region
+(``vertex.region``, else the cheapest region that has it), and its quota for custom
+training (Service Usage: the ``aiplatform.googleapis.com/custom_model_training_*`` metric
+of the region; the preemptible one for spot and flex-start capacity, which draw on it).
 
 With an ``http://`` ``vertex.endpoint`` (a test server here) every Google API the checks
 call is asked there, without credentials."""
@@ -21,7 +22,8 @@ if TYPE_CHECKING:
 SERVICE = "aiplatform.googleapis.com"
 QUOTAS_PAGE = "https://console.cloud.google.com/iam-admin/quotas"
 # acceleratorType -> the GPU's part of its custom training quota metric
-# (aiplatform.googleapis.com/custom_model_training_<part>_gpus, preemptible_<part> for spot)
+# (aiplatform.googleapis.com/custom_model_training_<part>_gpus, preemptible_<part> for spot
+# and flex-start)
 GPU_METRICS = {
     "NVIDIA_TESLA_T4": "nvidia_t4",
     "NVIDIA_TESLA_V100": "nvidia_v100",
@@ -129,7 +131,11 @@ def _service_account(session: Any) -> Check:
 
 
 def _quota(session: Any, project_id: str, option: Option, machine: Any, nodes: int) -> Check:
-    pre = "preemptible_" if option.spot else ""
+    pre = "preemptible_" if option.spot or option.flex_start else ""
+    if machine.tpu_topology:  # (v5e, v6e: no acceleratorType, and not the CPUs' quota)
+        return Check(
+            "quota", None, f"Ferry does not know the quota of TPU slices; see {QUOTAS_PAGE}"
+        )
     if machine.accelerator_type and machine.accelerator_type not in GPU_METRICS:
         return Check("quota", None, f"Ferry does not know the quota of {machine.accelerator_type}")
     if machine.accelerator_type:

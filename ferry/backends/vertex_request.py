@@ -16,9 +16,11 @@ What each part of the spec becomes:
   (``packageUris``, which Vertex AI pip-installs) as ``python -m ferry.runner.cloud
   RUN_FOLDER CODE``; with ``environment.image`` a ``containerSpec`` runs the same through
   :mod:`ferry.runner.bootstrap`, which installs the wheel from the bucket's ``/gcs`` mount;
-- ``scheduling``: ``SPOT`` or ``STANDARD`` from ``resources.spot``; ``timeout`` always
-  (``limits.max_runtime`` and the stop grace, or the ``cloud.max_runtime`` setting, never
-  the provider's silent 7 days); retries and restarts off, since Ferry owns them;
+- ``scheduling``: ``SPOT``, ``STANDARD`` or ``FLEX_START`` from ``resources.spot`` (true,
+  false, flex), a flex-start job with ``maxWaitDuration`` a minute past how long Ferry lets
+  it wait (``limits.max_pending``); ``timeout`` always (``limits.max_runtime`` and the stop
+  grace, or the ``cloud.max_runtime`` setting, never the provider's silent 7 days);
+  retries and restarts off, since Ferry owns them;
 - ``baseOutputDirectory`` is the job's outputs, so Vertex AI sets ``AIP_MODEL_DIR``,
   ``AIP_CHECKPOINT_DIR`` and ``AIP_TENSORBOARD_LOG_DIR`` as it always does;
 - ``serviceAccount`` and ``network`` from the settings, and labels that carry the job's
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
     from ferry.store.plan import Plan
 
 CLOUD_MODULE = "ferry.runner.cloud"
+FLEX_WAIT_MARGIN = 60  # s past Ferry's own limit on the wait, before Vertex AI's
 BOOT_DISK_GB = 100  # Vertex AI's own default boot disk, said rather than left implied
 _LABEL_RE = re.compile(r"[^a-z0-9_-]")
 
@@ -53,6 +56,7 @@ class Target:
     machine: VertexMachine
     spot: bool
     image: str  # the executor image (prebuilt), or environment.image
+    flex_start: bool = False  # flex-start capacity (Dynamic Workload Scheduler)
     custom_image: bool = False  # environment.image: a containerSpec
     service_account: str | None = None
     network: str | None = None
@@ -80,6 +84,7 @@ def custom_job(
     outputs: str,
     env: dict[str, str],
     timeout: float,
+    max_wait: float | None = None,
 ) -> dict[str, Any]:
     """The ``CustomJob`` body for attempt ``attempt`` of job ``job_id``.
 
@@ -91,6 +96,8 @@ def custom_job(
         outputs: the job's outputs (``gs://``), Vertex AI's ``baseOutputDirectory``.
         env: what the job's processes get besides the contract (the spec's ``env``).
         timeout: seconds before Vertex AI ends the job whatever happens.
+        max_wait: on flex-start capacity, how long Ferry lets the job wait for its machines
+            (Vertex AI's own limit is a minute longer, so Ferry's speaks first).
     """
     machine: dict[str, Any] = {"machineType": target.machine.machine_type}
     if target.machine.accelerator_type:
@@ -124,14 +131,17 @@ def custom_job(
     pools = [pool]
     if plan.resources.nodes > 1:  # the other nodes: replicas of the same machine and code
         pools.append({**pool, "replicaCount": str(plan.resources.nodes - 1)})
+    scheduling: dict[str, Any] = {
+        "strategy": "FLEX_START" if target.flex_start else "SPOT" if target.spot else "STANDARD",
+        "timeout": f"{max(1, int(timeout))}s",
+        "restartJobOnWorkerRestart": False,
+        "disableRetries": True,
+    }
+    if target.flex_start and max_wait is not None:
+        scheduling["maxWaitDuration"] = f"{int(max_wait) + FLEX_WAIT_MARGIN}s"
     spec: dict[str, Any] = {
         "workerPoolSpecs": pools,
-        "scheduling": {
-            "strategy": "SPOT" if target.spot else "STANDARD",
-            "timeout": f"{max(1, int(timeout))}s",
-            "restartJobOnWorkerRestart": False,
-            "disableRetries": True,
-        },
+        "scheduling": scheduling,
         "baseOutputDirectory": {"outputUriPrefix": outputs},
     }
     if target.service_account:

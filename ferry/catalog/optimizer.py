@@ -19,7 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ferry.backends.registry import BACKEND_OF, launches, service_markup
+from ferry.backends.registry import (
+    BACKEND_OF,
+    flex_start,
+    flex_start_refusal,
+    launches,
+    service_markup,
+)
 from ferry.catalog.offerings import Catalog, Offering, load_catalog, refreshed_dir, replaced
 
 if TYPE_CHECKING:
@@ -38,6 +44,7 @@ class Request:
     cpus: float | None = None
     memory_gib: float | None = None
     spot: bool = False
+    flex_start: bool = False  # flex-start capacity: priced on demand, on backends that have it
     nodes: int = 1
     providers: tuple[str, ...] = ()
     regions: tuple[str, ...] = ()
@@ -52,7 +59,8 @@ class Request:
             accelerator=r.accelerator_request,
             cpus=r.cpus,
             memory_gib=r.memory / _GIB if r.memory else None,
-            spot=r.spot,
+            spot=r.spot is True,
+            flex_start=r.flex_start,
             nodes=r.nodes,
             providers=r.providers,
             regions=r.regions,
@@ -70,6 +78,7 @@ class Request:
             cpus=r.cpus,
             memory_gib=r.memory / _GIB if r.memory else None,
             spot=r.spot,
+            flex_start=r.flex_start,
             nodes=r.nodes,
             providers=r.providers,
             regions=r.regions,
@@ -81,6 +90,8 @@ class Request:
         words = [str(self.accelerator) if self.accelerator else "CPU only"]
         if self.spot:
             words.append("on spot")
+        elif self.flex_start:
+            words.append("on flex-start")
         text = " ".join(words)
         return f"{text}, {self.nodes} nodes" if self.nodes > 1 else text
 
@@ -95,12 +106,18 @@ class Option:
     price: float  # USD per hour for the whole job (every node)
     total: float | None = None  # USD for the runtime estimate
     skipped: str | None = None  # why it cannot be used now
+    flex_start: bool = False  # flex-start capacity, priced as on demand (an upper bound)
+
+    @property
+    def capacity(self) -> str:
+        """``"spot"``, ``"flex"`` or ``""`` (on demand)."""
+        return "spot" if self.spot else "flex" if self.flex_start else ""
 
     @property
     def key(self) -> str:
         """What identifies it in the blocked list."""
         o = self.offering
-        return f"{o.provider}/{o.region}/{o.zone}/{o.instance_type}/{'spot' if self.spot else ''}"
+        return f"{o.provider}/{o.region}/{o.zone}/{o.instance_type}/{self.capacity}"
 
     def describe(self) -> str:
         """``'gcp a2-highgpu-1g (A100:1) in us-central1, spot'``."""
@@ -108,7 +125,7 @@ class Option:
         if o.provider == "local":
             return "this machine (local backend)"
         where = f" in {o.location}" if o.location else ""
-        kind = ", spot" if self.spot else ""
+        kind = {"spot": ", spot", "flex": ", flex-start"}.get(self.capacity, "")
         return f"{o.provider} {o.instance_type} ({o.accelerators}){where}{kind}"
 
 
@@ -239,7 +256,7 @@ def plan(
         markup = service_markup(backend, o.instance_type, bool(o.accelerator))
         price = unit * request.nodes * markup
         total = price * request.hours if request.hours is not None else None
-        option = Option(o, backend, spot, price, total)
+        option = Option(o, backend, spot, price, total, flex_start=request.flex_start)
         why = _unusable(option, request, available, blocked, now)
         if why:
             result.skipped.append(_with(option, why))
@@ -271,6 +288,8 @@ def _unusable(
     if option.offering.provider == "local":
         if request.spot:
             return "this machine is not spot capacity"
+        if request.flex_start:
+            return "this machine is not flex-start capacity"
         if request.providers:
             return f"resources.providers asks for {', '.join(request.providers)}"
         if request.nodes > 1:
@@ -284,6 +303,8 @@ def _unusable(
         return f"needs the {option.backend} backend (not in this Ferry yet)"
     if not launches(option.backend, option.offering.instance_type):
         return f"{option.backend} has no training instance {option.offering.instance_type}"
+    if request.flex_start and not flex_start(option.backend, option.offering.accelerator):
+        return flex_start_refusal(option.backend)
     block = blocked.get(option.key)
     if block and block[0] > now:
         until = time.strftime("%H:%M", time.localtime(block[0]))

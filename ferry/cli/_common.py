@@ -42,6 +42,23 @@ def whole_number(text: str) -> int:
     return int(text)
 
 
+def add_spot_flag(parser: argparse.ArgumentParser) -> None:
+    """``--spot``/``--no-spot`` and ``--flex-start`` (one of them), into ``args.spot``:
+    True, False, ``"flex"`` (``resources.spot: flex``), or None when none is given."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--spot", action=argparse.BooleanOptionalAction, default=None, help="spot capacity"
+    )
+    group.add_argument(
+        "--flex-start",
+        dest="spot",
+        action="store_const",
+        const="flex",
+        help="flex-start capacity: waits for the machines, then runs without preemption "
+        "(Vertex AI's Dynamic Workload Scheduler; resources.spot: flex)",
+    )
+
+
 def add_command(
     subparsers: Any, name: str, *, help: str, description: str, example: str
 ) -> argparse.ArgumentParser:

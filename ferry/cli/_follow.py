@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from ferry import defaults
 from ferry.logs import STREAMS, read_block, split_block, tail_block, text_of
-from ferry.status import JobStatus
+from ferry.status import PROVIDER_JOB_PREFIX, JobStatus
 
 if TYPE_CHECKING:
     from ferry.store import Attempt, Job, Store
@@ -141,9 +141,13 @@ def _follow(
                 continue
             later = [a for a in attempts if a.number > current.number]
             if attempt is None and later:
+                ended = next((a for a in attempts if a.number == current.number), current)
                 current, offset = later[0], 0
                 status.clear()
-                print(f"ferry: attempt {current.number} of {job_id}", file=sys.stderr, flush=True)
+                why = f" ({_ended(ended)})" if ended.status.is_terminal() else ""
+                print(
+                    f"ferry: attempt {current.number} of {job_id}{why}", file=sys.stderr, flush=True
+                )
                 status.redraw()
                 continue
             mine = next((a for a in attempts if a.number == current.number), current)
@@ -161,6 +165,12 @@ def _follow(
             last_check = time.monotonic()
             reconcile(store, start=start)
         time.sleep(defaults.FOLLOW_POLL)
+
+
+def _ended(attempt: Attempt) -> str:
+    """``'attempt 1 failed: no capacity: …'``: how an attempt ended, for the next one's line."""
+    said = f"attempt {attempt.number} {attempt.status.value.lower().replace('_', ' ')}"
+    return f"{said}: {attempt.reason}" if attempt.reason else said
 
 
 def drain(path: str, offset: int, timestamps: bool, streams: str, ranks: Ranks = ALL) -> None:
@@ -221,11 +231,18 @@ class _StatusLine:
         if now < self.next_alerts:
             return
         self.next_alerts = now + _PROGRESS_EVERY
-        found = [e.message for e in store.events(job.id) if is_alert(e.message)]
+        found = [
+            e.message
+            for e in store.events(job.id)
+            if is_alert(e.message) or e.message.startswith(PROVIDER_JOB_PREFIX)
+        ]
         if len(found) > self.alerts_seen:
             self.clear()
             for message in found[self.alerts_seen :]:
-                print(f"ferry: ALERT {message.removeprefix(ALERT_PREFIX)}", file=sys.stderr)
+                if is_alert(message):
+                    print(f"ferry: ALERT {message.removeprefix(ALERT_PREFIX)}", file=sys.stderr)
+                else:  # the provider's job, with its console page
+                    print(f"ferry: {message.removeprefix(PROVIDER_JOB_PREFIX)}", file=sys.stderr)
             sys.stderr.flush()
             self.redraw()
             self.alerts_seen = len(found)

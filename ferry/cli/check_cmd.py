@@ -8,7 +8,7 @@ import argparse
 import json
 from typing import Any
 
-from ferry.cli._common import add_command
+from ferry.cli._common import add_command, add_spot_flag
 
 EXAMPLE = """\
   ferry check job.yaml --backend sagemaker
@@ -34,9 +34,7 @@ def register(subparsers: Any) -> None:
         "--backend", help="vertex, sagemaker or auto (default: the spec's, else the setting)"
     )
     p.add_argument("--accelerator", metavar="KIND[:N]", help="e.g. A100:1, T4:1")
-    p.add_argument(
-        "--spot", action=argparse.BooleanOptionalAction, default=None, help="spot capacity"
-    )
+    add_spot_flag(p)
     p.add_argument("--json", action="store_true", help="print JSON for scripts")
     p.set_defaults(handler=check)
 

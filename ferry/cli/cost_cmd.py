@@ -11,7 +11,7 @@ import sys
 import time
 from typing import Any
 
-from ferry.cli._common import add_command, eprint, whole_number
+from ferry.cli._common import add_command, add_spot_flag, eprint, whole_number
 from ferry.errors import UsageError
 from ferry.units import format_usd
 
@@ -52,9 +52,7 @@ def register(subparsers: Any) -> None:
     e.add_argument("--hours", type=float, help="runtime to price (hours)")
     e.add_argument("--backend", help="local, or auto (default: the spec's, else auto)")
     e.add_argument("--accelerator", metavar="KIND[:N]", help="e.g. A100:1, H100:8, tpu-v5e-8")
-    e.add_argument(
-        "--spot", action=argparse.BooleanOptionalAction, default=None, help="spot capacity"
-    )
+    add_spot_flag(e)
     e.add_argument("--nodes", type=int, help="number of nodes")
     e.add_argument("--top", type=whole_number, default=5, help="options to list (default 5)")
     e.add_argument("--json", action="store_true", help="print JSON for scripts")
@@ -149,6 +147,7 @@ def _option_json(option: Any) -> dict[str, Any]:
         "accelerators": o.accelerators,
         "backend": option.backend,
         "spot": option.spot,
+        "capacity": option.capacity or "on-demand",
         "usd_per_hour": round(option.price, 4),
         "total_usd": None if option.total is None else round(option.total, 2),
         "skipped": option.skipped,

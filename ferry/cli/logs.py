@@ -14,6 +14,7 @@ EXAMPLE = """\
   ferry logs dig | grep -i warning      # what the script printed and logged
   ferry logs dig --stream stderr        # only what it wrote to stderr
   ferry logs ddp --rank 1               # one process of a gang (all: each line led by [rank])
+  ferry logs sm-job --provider --tail 50  # SageMaker's own log of it (CloudWatch Logs)
 """
 
 
@@ -49,6 +50,12 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help="only this process of a gang (default: all, each line led by its rank)",
     )
+    p.add_argument(
+        "--provider",
+        action="store_true",
+        help="the provider's own log of the attempt instead (SageMaker: its CloudWatch "
+        "streams; the last 1000 lines unless --tail says)",
+    )
     p.set_defaults(handler=logs)
 
 
@@ -62,6 +69,8 @@ def logs(args: argparse.Namespace) -> int:
         raise UsageError("--tail takes a number of lines, 0 or more")
     store = store_now()
     job = find_job(store, args.job)
+    if args.provider:
+        return _provider_log(store, job, args)
     if args.follow:
         follow(
             store,
@@ -89,4 +98,27 @@ def logs(args: argparse.Namespace) -> int:
         write_block(block, args.timestamps, args.stream, ranks)
         return 0
     drain(path, 0, args.timestamps, args.stream, ranks)
+    return 0
+
+
+def _provider_log(store: Any, job: Any, args: argparse.Namespace) -> int:
+    """Print the last lines of the provider's own log of the attempt."""
+    from ferry.backends.registry import get_backend
+    from ferry.errors import UsageError
+
+    if args.follow:
+        raise UsageError("--provider prints the provider's log as it is now, without -f")
+    attempts = [a for a in store.attempts(job.id) if args.attempt in (None, a.number)]
+    if not attempts:
+        raise UsageError(
+            f"job {job.id} has no attempt {args.attempt}"
+            if args.attempt
+            else f"job {job.id} has not started yet",
+            f"ferry status {job.id}",
+        )
+    lines = get_backend(job.backend).provider_log(
+        job, attempts[-1].handle, args.tail if args.tail is not None else 1000
+    )
+    for line in lines:
+        print(line)
     return 0

@@ -6,7 +6,7 @@ import argparse
 import signal
 from typing import Any
 
-from ferry.cli._common import add_command, eprint
+from ferry.cli._common import add_command, add_spot_flag, eprint
 from ferry.errors import UsageError
 
 DESCRIPTION = """\
@@ -57,9 +57,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--accelerator", metavar="KIND[:N]", help="e.g. A100:1, H100:8, tpu-v5e-8")
     p.add_argument("--cpus", type=float, help="CPU cores per node")
     p.add_argument("--memory", help="memory per node, e.g. 32GB")
-    p.add_argument(
-        "--spot", action=argparse.BooleanOptionalAction, default=None, help="use spot capacity"
-    )
+    add_spot_flag(p)
     p.add_argument("--nodes", type=int, help="number of nodes")
     p.add_argument(
         "--procs-per-node",

@@ -366,6 +366,7 @@ def _run_attempts(
         outcome, ended_as = _watch(
             store,
             job,
+            attempt.number,
             running,
             control,
             grace,
@@ -378,7 +379,8 @@ def _run_attempts(
         if ended_as.billed is not None:  # what the provider billed, as it said
             store.update_attempt(job_id, attempt.number, cost=ended_as.billed, billed=True)
         elif attempt.price:  # what it cost, as it ended (a free one stays at 0)
-            store.update_attempt(job_id, attempt.number, cost=attempt.cost_at(_ended_at(running)))
+            now = next(a for a in store.attempts(job_id) if a.number == attempt.number)
+            store.update_attempt(job_id, attempt.number, cost=now.cost_at(_ended_at(running)))
         observer.finish()  # what the script reported last
         if here:  # (a runner elsewhere did these itself)
             _after_here(store, job_id, state, sync, hypertune)
@@ -990,6 +992,7 @@ def _backoff(store: Store, job_id: str, n: int, control: Control) -> None:
 def _watch(
     store: Store,
     job: Job,
+    number: int,
     running: RunningAttempt,
     control: Control,
     grace: float,
@@ -1004,9 +1007,12 @@ def _watch(
     (``limits.max_cost``), a spent monthly budget with ``budget.hard``, or SIGTERM (an
     attempt elsewhere, ``live`` None, is left running then: "detached"). The
     notice goes to the attempt (its runner kills it after the grace); an attempt still
-    there well after that is killed from here."""
+    there well after that is killed from here. While the attempt waits for its machine (a
+    cloud job its provider has not started) neither its runtime nor its cost count: the
+    attempt's start, and the job's, move on by the time waited once the machine starts."""
     import random
     import selectors
+    from dataclasses import replace
 
     deadline = (job.started_at or time.time()) + max_runtime if max_runtime else None
     preempt_at = (
@@ -1032,9 +1038,48 @@ def _watch(
     ends = running.fileno()
     if ends is not None:
         waiting.register(ends, selectors.EVENT_READ)
+    # While the attempt waits for its machine its clocks stand still: the time waited is
+    # taken off as it passes (the attempt's start, the job's start, the deadline), so the
+    # store always holds them without it, and a follower that takes over goes on from there
+    waiting_since: float | None = None  # when this follower first saw it waiting
+    waited_to = 0.0  # up to when the time waited has been taken off
+    job_started = job.started_at or time.time()
     try:
         while True:
             ended = running.poll()
+            still = running.waiting
+            if still or waiting_since is not None:
+                now_wall = time.time()
+                if waiting_since is None:  # (from here: what came before it was launching)
+                    waiting_since = waited_to = now_wall
+                    store.update_attempt(job.id, number, started_at=now_wall)
+                    cap = replace(cap, started=now_wall)
+                machine = None if still else running.machine_started
+                never = not still and machine is None and ended is not None
+                upto = now_wall if still else min(machine or now_wall, now_wall)
+                step = upto - waited_to
+                if step > 0 and (not still or step >= defaults.BUDGET_POLL):
+                    waited_to = upto
+                    job_started += step
+                    if deadline is not None:
+                        deadline += step
+                    if preempt_at is not None:
+                        preempt_at += step
+                    cap = replace(cap, started=upto)
+                    store.update_attempt(job.id, number, started_at=upto)
+                    store.update_job(job.id, started_at=job_started)
+                if still:
+                    observer.monitor.saw_output(now_wall)  # (no progress is expected yet)
+                else:  # its machine started, or it ended without one
+                    waited = format_duration(waited_to - waiting_since)
+                    store.add_event(
+                        job.id,
+                        f"attempt {number} ended after {waited} of waiting, before its machine "
+                        "started"
+                        if never
+                        else f"attempt {number}'s machine started after {waited} of waiting",
+                    )
+                    waiting_since = None
             if ended is not None:
                 observer.sample(running.pid, last=True, ended=ended)  # what they used
                 for message in running.events():
@@ -1044,7 +1089,7 @@ def _watch(
             waits = [defaults.HEARTBEAT_INTERVAL, control.control_poll]
             if ends is None:
                 waits.append(_POLL_REMOTE)
-            if deadline and not stopping:
+            if deadline and not stopping and waiting_since is None:
                 waits.append(max(0.0, deadline - now_wall))
             if not sampled:
                 waits.append(_FIRST_SAMPLE_EVERY)
@@ -1094,15 +1139,15 @@ def _watch(
                     return "detached", Exit(Exit.LOST, None, "its supervisor was stopped")
                 elif control.terminated:
                     stopping = "stopped"
-                elif deadline and time.time() >= deadline:
+                elif deadline and time.time() >= deadline and waiting_since is None:
                     stopping = "timeout"
-                elif cap.reached(time.time(), lookahead):
+                elif waiting_since is None and cap.reached(time.time(), lookahead):
                     stopping = "budget"
                 elif cap.price > 0 and mono - last_budget >= defaults.BUDGET_POLL:
                     last_budget = mono  # a budget set while the job runs counts too
                     if _hard_budget_spent(store):
                         stopping = "monthly"
-                elif preempt_at is not None and mono >= preempt_at:
+                elif preempt_at is not None and mono >= preempt_at and waiting_since is None:
                     stopping, observer.preempted_by = "preempted", "simulate.preempt_every"
                 elif mono - last_control >= control.control_poll or _woken(control):
                     last_control = mono

@@ -22,7 +22,8 @@ class Resources:
     accelerator: str | None = None  # canonical, e.g. "A100:1"
     cpus: float | None = None
     memory: int | None = None  # bytes
-    spot: bool = False
+    spot: bool = False  # spot capacity (resources.spot: true)
+    flex_start: bool = False  # flex-start capacity (resources.spot: flex)
     nodes: int = 1
     procs_per_node: int | None = None
     providers: tuple[str, ...] = ()  # where a cloud offering may come from (empty: anywhere)
@@ -95,7 +96,8 @@ class Plan:
                 accelerator=res.get("accelerator"),
                 cpus=_float(res.get("cpus")),
                 memory=None if res.get("memory") is None else int(res["memory"]),
-                spot=bool(res.get("spot")),
+                spot=res.get("spot") is True,
+                flex_start=res.get("spot") == "flex",
                 nodes=int(res.get("nodes") or 1),
                 procs_per_node=res.get("procs_per_node"),
                 providers=tuple(res.get("providers") or ()),

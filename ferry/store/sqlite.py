@@ -61,6 +61,7 @@ _JOB_FIELDS = frozenset(
 )
 _ATTEMPT_FIELDS = frozenset(
     {
+        "started_at",  # (moved to when its machine started, for one that waited for it)
         "status",
         "handle",
         "ended_at",

@@ -77,7 +77,7 @@ def _tags(job: Job, store: Store) -> dict[str, str]:
         "ferry.job_id": job.id,
         "ferry.backend": job.backend,
         "ferry.accelerator": resources.accelerator or "none",
-        "ferry.spot": str(resources.spot).lower(),
+        "ferry.spot": "flex" if resources.flex_start else str(resources.spot).lower(),
         "ferry.status": job.status.value,
         "ferry.attempts": str(len(attempts)),
         "ferry.cost_usd": f"{cost:.4f}",

@@ -209,6 +209,18 @@ def cloud(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
     return name, request.getfixturevalue(f"on_{name}")
 
 
+def provider_job(name: str, server: Any, job_id: str) -> Any:
+    """The last provider job (custom job, training job) made for Ferry's job ``job_id`` on
+    the cloud ``name``'s test server."""
+    if name == "vertex":
+        found = [j for j in server.jobs.values() if j.body["labels"]["ferry-job"] == job_id]
+    else:
+        tag = {"Key": "ferry-job", "Value": job_id}
+        found = [j for j in server.jobs.values() if tag in j.body["Tags"]]
+    assert found, f"no provider job for {job_id}"
+    return found[-1]
+
+
 @pytest.fixture(scope="session")
 def sagemaker_server(
     tmp_path_factory: pytest.TempPathFactory, s3_endpoint: str

@@ -12,20 +12,10 @@ from typing import Any
 
 import pytest
 
-from tests.backends.conftest import GANG
+from tests.backends.conftest import GANG, provider_job
 from tests.conftest import ferry, job_logs, job_status, submit, wait_for
 
 pytestmark = [pytest.mark.slow]
-
-
-def _provider_job(name: str, server: Any, job_id: str) -> Any:
-    if name == "vertex":
-        found = [j for j in server.jobs.values() if j.body["labels"]["ferry-job"] == job_id]
-    else:
-        tag = {"Key": "ferry-job", "Value": job_id}
-        found = [j for j in server.jobs.values() if tag in j.body["Tags"]]
-    assert found, f"no provider job for {job_id}"
-    return found[-1]
 
 
 def _events(job_id: str) -> str:
@@ -54,7 +44,7 @@ def test_a_gang_spans_two_machines_of_the_provider(
     assert "rank 1 of 2 on node 1" in job_logs(job_id, "--rank", "1")
     hosts = "workerpool0-0, workerpool1-0" if name == "vertex" else "algo-1, algo-2"
     assert f"the gang's 2 nodes: {hosts}; MASTER_ADDR {hosts.split(',')[0]}:" in _events(job_id)
-    sent = _provider_job(name, server, job_id).body
+    sent = provider_job(name, server, job_id).body
     if name == "vertex":  # the primary replica, and a second pool for the other node
         pools = sent["jobSpec"]["workerPoolSpecs"]
         assert [p["replicaCount"] for p in pools] == ["1", "1"], pools
@@ -94,7 +84,7 @@ def test_cancel_stops_every_machine_of_the_gang(
     assert ferry("cancel", job_id).returncode == 0
     wait_for(lambda: job_status(job_id)["status"] == "CANCELLED", 90, "the cancel")
     assert "notice: stopping the gang's 2 nodes" in _events(job_id)
-    made = _provider_job(name, place["server"], job_id)
+    made = provider_job(name, place["server"], job_id)
     wait_for(lambda: all(p.poll() is not None for p in made.procs), 60, "every machine's end")
     assert len(made.procs) == 2
 

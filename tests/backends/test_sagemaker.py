@@ -263,6 +263,35 @@ def test_a_spot_interruption_resumes_from_the_checkpoint_in_a_new_training_job(
     assert len(_jobs_of(server, job_id)) == 2
 
 
+def test_the_training_jobs_own_log_is_a_second_source(
+    on_sagemaker: dict[str, Any], project: Path
+) -> None:
+    done = ferry(
+        "run", "--backend", "sagemaker", "--", "python", "train.py", cwd=project, timeout=180
+    )
+    assert done.returncode == 0, done.stderr
+    job_id = ferry_json("jobs")[0]["id"]
+    # CloudWatch Logs has the container's output (the double ships it as the agent would)
+    shown = wait_for(
+        lambda: (
+            (out := ferry("logs", job_id, "--provider")).returncode == 0
+            and "done" in out.stdout
+            and out
+        ),
+        30,
+        "the job's CloudWatch lines",
+    )
+    assert "starting at 0" in shown.stdout
+    last = ferry("logs", job_id, "--provider", "--tail", "1")
+    assert last.returncode == 0 and len(last.stdout.splitlines()) == 1, last
+    # a local job has no provider's log: one sentence that says where its log is
+    local = ferry("run", "--", "python", "-c", "print('here')", cwd=project)
+    assert local.returncode == 0
+    here = next(j["id"] for j in ferry_json("jobs") if j["backend"] == "local")
+    said = assert_one_line_error(ferry("logs", here, "--provider"), 1)
+    assert f"keeps no log of its own: ferry logs {here} shows all" in said, said
+
+
 def test_no_capacity_passes_the_offering_over_and_tries_the_next(
     on_sagemaker: dict[str, Any], project: Path
 ) -> None:
@@ -277,6 +306,13 @@ def test_no_capacity_passes_the_offering_over_and_tries_the_next(
     assert [a["status"] for a in attempts] == ["FAILED", "FAILED", "SUCCEEDED"]
     assert "CapacityError: Unable to provision" in attempts[0]["reason"]
     assert "account-level service limit 'ml.m5" in attempts[1]["reason"]
+    # the attached run says each time why it moved on, and where each training job is
+    said = done.stderr
+    assert f"ferry: attempt 2 of {job_id} (attempt 1 failed: " in said, said
+    assert "CapacityError: Unable to provision" in said.split("attempt 2 of", 1)[1]
+    assert f"ferry: attempt 3 of {job_id} (attempt 2 failed: " in said, said
+    assert said.count("ferry: SageMaker training job ") == 2, said  # (none for the quota)
+    assert "console.aws.amazon.com/sagemaker/" in said
     offerings = [a["offering"] for a in attempts]
     assert len(set(offerings)) == 3, offerings  # each refusal moved on to another offering
     assert all("eu-west-1" in o for o in offerings)  # (the bucket's region)

@@ -73,6 +73,8 @@ def test_a_job_runs_as_a_custom_job_and_its_model_lands_in_the_bucket(
     assert runs and not any(path.endswith("secrets.json") for path in runs)
     events = " | ".join(e["message"] for e in job_status(job_id)["events"])
     assert "console.cloud.google.com/vertex-ai/locations/us-central1/training/" in events
+    said = assert_one_line_error(ferry("logs", job_id, "--provider"), 1)
+    assert "own log in Cloud Logging (project test-project, region us-central1)" in said, said
     # the same folder again: nothing to upload
     again = ferry(
         "run", "--backend", "vertex", "--detach", "job.yaml", cwd=project, env={"HIDDEN": "x"}
@@ -188,6 +190,13 @@ def test_no_capacity_passes_the_offering_over_and_tries_the_next(
     assert [a["status"] for a in attempts] == ["FAILED", "FAILED", "SUCCEEDED"]
     assert "Resources are insufficient in region" in attempts[0]["reason"]
     assert "exceed quota limits" in attempts[1]["reason"]
+    # the attached run says each time why it moved on, and where each custom job is
+    said = done.stderr
+    assert f"ferry: attempt 2 of {job_id} (attempt 1 failed: " in said, said
+    assert "Resources are insufficient in region" in said.split("attempt 2 of", 1)[1]
+    assert f"ferry: attempt 3 of {job_id} (attempt 2 failed: " in said, said
+    assert "ferry: Vertex AI custom job projects/test-project/" in said, said
+    assert "console.cloud.google.com/vertex-ai/" in said
     regions = [r["jobSpec"] for r in server.requests[-3:]]
     assert len(regions) == 3
     offerings = [a["offering"] for a in attempts]
@@ -241,6 +250,80 @@ def test_dry_run_prints_the_request_with_placeholders_and_no_settings(
     assert "/projects/my-proj/" in shown["url"] and "gs://my-bucket/" in json.dumps(shown["body"])
 
 
+def test_flex_start_waits_for_its_machines_then_runs(
+    on_vertex: dict[str, Any], project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = on_vertex["server"]
+    monkeypatch.setattr(server, "flex_wait", 3.0)  # (the machines gathered in 3 s)
+    (project / "job.yaml").write_text(
+        "name: flex\ncommand: python train.py\nresources: {accelerator: 'A100:1', spot: flex}\n"
+        "limits: {max_runtime: 1h}\n"
+    )
+    done = ferry("run", "--backend", "vertex", "job.yaml", cwd=project, timeout=180)
+    assert done.returncode == 0, done.stderr
+    job_id = ferry_json("jobs")[0]["id"]
+    assert server.requests[-1]["jobSpec"]["scheduling"] == {
+        "strategy": "FLEX_START",
+        "timeout": f"{3600 + 30 + 300}s",
+        "disableRetries": True,
+        "maxWaitDuration": f"{24 * 3600 + 60}s",  # (Ferry's own day of waiting speaks first)
+    }
+    status = job_status(job_id)
+    (attempt,) = status["attempts"]
+    assert attempt["status"] == "SUCCEEDED" and "flex-start" in attempt["offering"]
+    assert "JOB_STATE_PENDING" in " | ".join(e["message"] for e in status["events"])
+
+
+def test_flex_start_gives_up_waiting_after_max_pending(
+    on_vertex: dict[str, Any], project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = on_vertex["server"]
+    monkeypatch.setattr(server, "flex_wait", 120.0)
+    (project / "job.yaml").write_text(
+        "name: flex\ncommand: python train.py\nresources: {accelerator: 'A100:1', spot: flex}\n"
+        "limits: {max_pending: 3s}\n"
+    )
+    job_id = submit("job.yaml", "--backend", "vertex", cwd=project)
+    wait_for(
+        lambda: (tried := job_status(job_id)["attempts"]) and tried[0]["status"] == "FAILED",
+        60,
+        "the give-up",
+    )
+    first = job_status(job_id)["attempts"][0]
+    assert "still JOB_STATE_PENDING after limits.max_pending (3.0s)" in first["reason"]
+    made = [j for j in server.jobs.values() if j.body["labels"]["ferry-job"] == job_id]
+    assert made[0].body["jobSpec"]["scheduling"]["maxWaitDuration"] == "63s"
+    wait_for(lambda: made[0].cancelled, 30, "the provider's job cancelled")
+    assert ferry("cancel", job_id, "--wait").returncode == 0  # (the next offering: not waited)
+    assert not any(j.procs for j in made)  # nothing of it ever ran
+
+
+def test_flex_start_is_refused_where_it_cannot_run(home: Path, project: Path) -> None:
+    (project / "job.yaml").write_text(
+        "name: flex\ncommand: python train.py\nresources: {accelerator: 'A100:1'}\n"
+    )
+    out = ferry("run", "--backend", "vertex", "--flex-start", "--dry-run", "job.yaml", cwd=project)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["request"]["body"]["jobSpec"]["scheduling"]["strategy"] == (
+        "FLEX_START"
+    )
+    refusals = {
+        ("--accelerator", "T4:1"): "Vertex AI has flex-start capacity for L4, A100, A100-80GB, "
+        "H100, H200, B200 only, and this job asks for T4:1",
+        ("--max-runtime", "8d"): "Vertex AI runs a flex-start job (resources.spot: flex) for 7 "
+        "days at most",
+        ("--backend", "sagemaker"): "the sagemaker backend does not support flex-start capacity",
+        ("--backend", "local"): "the local backend does not support flex-start capacity",
+    }
+    for flags, words in refusals.items():
+        args = ("run", "--backend", "vertex", *flags, "--flex-start", "--dry-run", "job.yaml")
+        said = assert_one_line_error(ferry(*args, cwd=project), 1)
+        assert words in said, said
+    clash = ferry("run", "--spot", "--flex-start", "job.yaml", cwd=project)
+    assert clash.returncode == 2 and "not allowed with argument" in clash.stderr
+    assert ferry_json("jobs") == []
+
+
 def test_the_request_is_parsed_strictly(home: Path) -> None:
     from ferry.backends.vertex_request import validate
     from ferry.errors import FerryError
@@ -254,6 +337,79 @@ def test_the_request_is_parsed_strictly(home: Path) -> None:
     ):
         with pytest.raises(FerryError, match="Vertex AI would refuse"):
             validate(bad)
+
+
+@pytest.mark.parametrize(
+    "resources",
+    [
+        "{cpus: 4}",
+        "{accelerator: 'A100:1', spot: true}",
+        "{accelerator: 'H100:8', spot: flex}",
+        "{accelerator: tpu-v5e-8}",
+        "{accelerator: 'L4:1', nodes: 3}",
+    ],
+)
+def test_requests_hold_to_the_discovery_document(home: Path, project: Path, resources: str) -> None:
+    from tests.backends.vertex_schema import parent_problem, problems
+
+    (project / "job.yaml").write_text(
+        f"name: d\ncommand: python train.py\nresources: {resources}\nlimits: {{max_runtime: 2h}}\n"
+    )
+    for extra in ([], ["--env", "A=1"]):
+        out = ferry("run", "--backend", "vertex", "--dry-run", *extra, "job.yaml", cwd=project)
+        assert out.returncode == 0, out.stderr
+        shown = json.loads(out.stdout)["request"]
+        assert problems(shown["body"]) == []
+        parent = shown["url"].split("/v1/", 1)[1].rsplit("/customJobs", 1)[0]
+        assert parent_problem(parent) is None
+    (project / "job.yaml").write_text(  # a container image of the user's: a containerSpec
+        f"name: d\ncommand: python train.py\nresources: {resources}\n"
+        "environment: {image: 'us-docker.pkg.dev/p/r/train:1'}\n"
+    )
+    out = ferry("run", "--backend", "vertex", "--dry-run", "job.yaml", cwd=project)
+    assert out.returncode == 0, out.stderr
+    assert problems(json.loads(out.stdout)["request"]["body"]) == []
+
+
+def test_the_discovery_document_check_finds_what_the_api_refuses() -> None:
+    from tests.backends.vertex_schema import document, parent_problem, problems
+
+    machine = document()["schemas"]["GoogleCloudAiplatformV1MachineSpec"]["properties"]
+
+    pool = {
+        "machineSpec": {"machineType": "n1-standard-4"},
+        "replicaCount": "1",
+        "pythonPackageSpec": {
+            "executorImageUri": "i",
+            "packageUris": ["gs://b/w.whl"],
+            "pythonModule": "m",
+        },
+    }
+    good = {"displayName": "x", "jobSpec": {"workerPoolSpecs": [pool]}}
+    assert problems(good) == []
+    bad = json.loads(json.dumps(good))
+    bad["state"] = "JOB_STATE_RUNNING"
+    del bad["displayName"]
+    spec = bad["jobSpec"]
+    spec["scheduling"] = {"strategy": "ON_DEMAND", "timeout": "1h", "disableRetries": "yes"}
+    spec["workerPoolSpecs"][0]["machineSpec"]["acceleratorType"] = "NVIDIA_TESLA_K81"
+    spec["workerPoolSpecs"][0]["replicaCount"] = "two"
+    del spec["workerPoolSpecs"][0]["pythonPackageSpec"]["pythonModule"]
+    assert sorted(problems(bad)) == sorted(
+        [
+            ".state: output only, not for a request",
+            ".displayName: required",
+            ".jobSpec.scheduling.strategy: 'ON_DEMAND' is deprecated",
+            ".jobSpec.scheduling.timeout: expected a duration in seconds such as '3600s', not '1h'",
+            ".jobSpec.scheduling.disableRetries: expected true or false, not 'yes'",
+            ".jobSpec.workerPoolSpecs[0].machineSpec.acceleratorType: 'NVIDIA_TESLA_K81' is not "
+            f"one of {', '.join(machine['acceleratorType']['enum'])}",
+            ".jobSpec.workerPoolSpecs[0].replicaCount: expected a whole number, not 'two'",
+            ".jobSpec.workerPoolSpecs[0].pythonPackageSpec.pythonModule: required",
+        ]
+    )
+    assert parent_problem("projects/p/locations/us-central1") is None
+    assert parent_problem("projects/p") is not None
 
 
 def test_outputs_outside_a_bucket_are_refused_at_submit(home: Path, project: Path) -> None:

@@ -4,7 +4,10 @@ What it simulates, over HTTP as the REST API serves ``JobServiceClient(transport
 (``/v1/{parent}/customJobs``, ``/v1/{name}``, ``/v1/{name}:cancel``):
 
 - **Requests**: each body is parsed as ``aiplatform_v1.CustomJob`` with unknown fields
-  refused, as the API answers a bad request (HTTP 400, INVALID_ARGUMENT). Jobs are
+  refused, then held to the ``aiplatform.v1`` discovery document (output-only fields,
+  required ones, deprecated enum values, the ``parent``'s pattern:
+  tests/backends/vertex_schema.py), as the API answers a bad request (HTTP 400,
+  INVALID_ARGUMENT). Jobs are
   answered in the API's JSON (``CustomJob.to_json``) with their ``name``, ``state``,
   times and ``error`` (a ``google.rpc.Status``).
 - **Life cycle**: QUEUED, then PENDING while the machine is "provisioned", RUNNING while
@@ -16,6 +19,11 @@ What it simulates, over HTTP as the REST API serves ``JobServiceClient(transport
   limits: …"); ``stockout`` leaves the job PENDING, then FAILED with code 8 ("Resources
   are insufficient in region: …"), its command never started; ``lost-answer`` makes the
   job but answers the create with HTTP 503, as when an answer is lost on the way.
+- **Flex-start** (``scheduling.strategy`` FLEX_START, the Dynamic Workload Scheduler): a
+  request Vertex AI documents as refused is answered with HTTP 400 (a GPU other than L4,
+  A100, H100, H200 or B200, a ``timeout`` over 7 days, worker pools on different
+  machines); an accepted job stays PENDING for ``flex_wait`` seconds while its machines
+  are "gathered", then runs as any other.
 - **Lists** of custom jobs filtered on one label (``labels.KEY="VALUE"``).
 - **What the preflight asks** (``ferry check``): Service Usage's quota metrics of
   ``aiplatform.googleapis.com``, one by its name
@@ -56,8 +64,21 @@ from typing import Any
 
 from ferry.contract.container_paths import wrap
 from tests.backends.machines import image_python, names_here, start, stop_with_grace, wait_all
+from tests.backends.vertex_schema import parent_problem, problems
 
 RESOURCE_EXHAUSTED = 8
+# acceleratorType values that flex-start runs on, and its longest timeout
+# (https://cloud.google.com/vertex-ai/docs/training/schedule-jobs-dws, Requirements)
+FLEX_START_GPUS = {
+    "NVIDIA_L4",
+    "NVIDIA_TESLA_A100",
+    "NVIDIA_A100_80GB",
+    "NVIDIA_H100_80GB",
+    "NVIDIA_H100_MEGA_80GB",
+    "NVIDIA_H200_141GB",
+    "NVIDIA_B200",
+}
+FLEX_START_TIMEOUT = 7 * 24 * 3600
 
 
 @dataclass
@@ -107,6 +128,7 @@ class VertexServer:
         self.requests: list[dict[str, Any]] = []  # every create's body, parsed
         self.script: list[str] = []
         self.provision = 0.5  # s a job stays PENDING before its command starts
+        self.flex_wait = 2.0  # s a flex-start job stays PENDING while its machines gather
         # Service Usage: metric -> region -> effective limit; IAM: the service accounts
         self.quotas: dict[str, dict[str, int]] = {}
         self.service_accounts: set[str] = set()
@@ -188,6 +210,12 @@ class VertexServer:
         except Exception as exc:
             return 400, _status(400, "INVALID_ARGUMENT", f"Invalid JSON payload: {exc}")
         body = MessageToDict(CustomJob.pb(parsed))  # (names, defaults left out)
+        said = [*problems(body), parent_problem(parent)]
+        refused = next((each for each in said if each), None) or _flex_start_refusal(
+            body["jobSpec"]
+        )
+        if refused:
+            return 400, _status(400, "INVALID_ARGUMENT", refused)
         self.requests.append(body)  # (as the API reads it: enum names, defaults left out)
         behaviour = self.script.pop(0) if self.script else "run"
         region = parent.split("/")[3]
@@ -260,7 +288,8 @@ class VertexServer:
     def _life(self, job: Job, behaviour: str, region: str) -> None:
         time.sleep(0.2)
         self._set(job, "JOB_STATE_PENDING")
-        time.sleep(self.provision)
+        flex = job.body["jobSpec"].get("scheduling", {}).get("strategy") == "FLEX_START"
+        time.sleep(self.flex_wait if flex else self.provision)
         if job.cancelled:
             return  # (ended by the cancel)
         if behaviour == "stockout":
@@ -404,6 +433,21 @@ class VertexServer:
 
 
 _ENDED = {"JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED"}
+
+
+def _flex_start_refusal(spec: dict[str, Any]) -> str | None:
+    """What Vertex AI refuses in a flex-start job spec (None: nothing, or not flex-start)."""
+    scheduling = spec.get("scheduling", {})
+    if scheduling.get("strategy") != "FLEX_START":
+        return None
+    machines = [pool.get("machineSpec", {}) for pool in spec["workerPoolSpecs"]]
+    if any(m != machines[0] for m in machines):
+        return "FLEX_START requires the same machine spec in every worker pool"
+    if machines[0].get("acceleratorType") not in FLEX_START_GPUS:
+        return f"FLEX_START does not support {machines[0].get('acceleratorType', 'CPU-only')}"
+    if int(scheduling.get("timeout", "0s").rstrip("s")) > FLEX_START_TIMEOUT:
+        return "FLEX_START requires a timeout of at most 7 days"
+    return None
 
 
 def _status(code: int, status: str, message: str) -> dict[str, Any]:

@@ -100,6 +100,26 @@ def test_cheapest_8xh100_spot_across_chosen_regions(home: Path) -> None:
     assert all("no backend for lambda" in (o.skipped or "") for o in found.skipped)
 
 
+def test_flex_start_is_vertex_ais_for_its_gpus_and_priced_on_demand(home: Path) -> None:
+    flex = plan(Request(parse_accelerator("A100:1"), flex_start=True), backends=CLOUDS)
+    standard = plan(Request(parse_accelerator("A100:1")), backends=CLOUDS)
+    assert flex.best is not None and flex.best.flex_start and not flex.best.spot
+    assert {o.backend for o in flex.options} == {"vertex"}  # not SageMaker's A100s, nor here
+    assert "flex-start capacity is Vertex AI's" in " ".join(
+        o.skipped or "" for o in flex.skipped if o.backend == "sagemaker"
+    )
+    on_demand = next(o for o in standard.options if o.backend == "vertex")
+    assert flex.best.price == on_demand.price  # (an upper bound: no flex-start prices listed)
+    assert flex.best.key.endswith("/flex") and flex.best.describe().endswith(", flex-start")
+    t4 = plan(Request(parse_accelerator("T4:1"), flex_start=True), backends=CLOUDS)
+    assert t4.best is None and "on flex-start" in t4.why_none()
+    vertex = [o.skipped for o in t4.skipped if o.backend == "vertex"]
+    assert vertex and all(
+        why == "Vertex AI has flex-start capacity for L4, A100, A100-80GB, H100, H200, B200 only"
+        for why in vertex
+    )
+
+
 def test_a_tpu_request_takes_the_cheapest_slice_of_that_size(home: Path) -> None:
     found = plan(Request(parse_accelerator("tpu-v5e-8")), backends=CLOUDS)
     assert found.best is not None
