@@ -405,6 +405,15 @@ class RayBackend(Backend):
                 return listed
         return None
 
+    def provider_log(self, job: Job, handle: str | None, lines: int) -> list[str]:
+        """The Ray job's own log (its entrypoint's output, as Ray's Jobs API keeps it)."""
+        if not handle or "@" not in handle:
+            raise FerryError(f"the attempt of {job.id} made no Ray job", f"ferry status {job.id}")
+        submission_id, dashboard = _parse_handle(handle)
+        text = ray_jobs.RayJobs(dashboard).logs(submission_id)
+        found = text.splitlines()
+        return found[-lines:] if lines else []
+
     def cancel(self, job: Job, attempt: int, handle: str | None) -> None:
         """Stop the attempt's Ray job (the notice, then SIGKILL after the grace)."""
         if not handle or "@" not in handle:

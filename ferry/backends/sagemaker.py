@@ -336,11 +336,15 @@ class SageMakerBackend(CloudBackend):
             config.get("sagemaker.endpoint") or f"https://api.sagemaker.{where}.amazonaws.com"
         )
         notes = [chosen.note] if chosen.note else []
-        if not spec.resources.regions and region() is None:
+        if len(spec.resources.regions) != 1:  # (one named region: the job runs there or not)
+            chose = (
+                "the sagemaker.region setting (or AWS_REGION)"
+                if region() is not None
+                else "the cheapest region for this instance"
+            )
             notes.append(
-                f"{where} is the cheapest region for this instance: the job runs in its "
-                "bucket's region, which Ferry asks S3 at submit (set sagemaker.region, "
-                "AWS_REGION or resources.regions to show that one here)"
+                f"the region shown, {where}, is {chose}: the job runs in its bucket's region, "
+                "which Ferry asks S3 at submit"
             )
         if any(uri.startswith("s3://") and not uri.endswith("/") for uri in _input_uris(spec)):
             notes.append(
@@ -431,20 +435,24 @@ class SageMakerBackend(CloudBackend):
         )
 
     def provider_log(self, job: Job, handle: str | None, lines: int) -> list[str]:
+        """The training job's CloudWatch Logs streams, each line led by its host when there
+        are several (``[algo-2] …``)."""
         from ferry.backends.sagemaker_request import logs_url
 
         region_name, name, _ = _parse_handle(handle)
         if not name:
-            raise SpecError(
-                f"the attempt of {job.id} made no training job yet", f"ferry status {job.id}"
+            raise FerryError(
+                f"that attempt of {job.id} made no training job (it was refused first)",
+                f"ferry status {job.id} says why; --attempt N picks another",
             )
-        found = SageMakerJobs(region_name).log_tail(name, lines)
+        found = SageMakerJobs(region_name).log_lines(name, lines)
         if not found:
             raise FerryError(
-                f"CloudWatch Logs has no lines of the training job {name} (yet)",
-                f"look at {logs_url(region_name, name)}",
+                f"CloudWatch Logs has no lines of the training job {name} yet",
+                f"look again later, or at {logs_url(region_name, name)}",
             )
-        return found
+        hosts = {host for _, host, _ in found}
+        return [f"[{host}] {message}" if len(hosts) > 1 else message for _, host, message in found]
 
     def end_provider_job(self, handle: str) -> None:
         region_name, name, _ = _parse_handle(handle)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -162,29 +163,49 @@ class SageMakerJobs:
             if not token:
                 return found
 
-    def log_tail(self, name: str, lines: int = _TAIL) -> list[str]:
-        """The last ``lines`` of the job's CloudWatch log streams (one per host), oldest
-        first; ``[]`` when there are none or they cannot be read."""
+    def log_lines(self, name: str, lines: int) -> list[tuple[int, str, str]]:
+        """The last ``lines`` (10000 at most) of the job's CloudWatch log streams, oldest
+        first, as (milliseconds, host, message). Raises SageMakerError with CloudWatch's
+        words when they cannot be read."""
         from ferry.backends.sagemaker_request import LOG_GROUP
 
-        with contextlib.suppress(Exception):
+        lines = min(max(lines, 1), 10_000)
+        try:
             if self._logs is None:
                 import boto3
 
                 self._logs = boto3.client("logs", region_name=self.region, config=self._config)
-            streams = self._logs.describe_log_streams(
-                logGroupName=LOG_GROUP, logStreamNamePrefix=f"{name}/"
-            ).get("logStreams", [])
-            found: list[tuple[int, str]] = []
-            for stream in streams[:4]:
+            streams: list[dict[str, Any]] = []
+            asked: dict[str, Any] = {"logGroupName": LOG_GROUP, "logStreamNamePrefix": f"{name}/"}
+            while True:
+                page = self._logs.describe_log_streams(**asked)
+                streams += page.get("logStreams", [])
+                if not page.get("nextToken"):
+                    break
+                asked["nextToken"] = page["nextToken"]
+            found: list[tuple[int, str, str]] = []
+            for stream in streams:
+                tail = stream["logStreamName"].split("/", 1)[-1]  # (algo-1-1700000000)
+                host = m.group(0) if (m := re.match(r"algo-\d+", tail)) else tail
                 events = self._logs.get_log_events(
                     logGroupName=LOG_GROUP,
                     logStreamName=stream["logStreamName"],
                     limit=lines,
                     startFromHead=False,
                 ).get("events", [])
-                found += [(int(e.get("timestamp", 0)), str(e.get("message", ""))) for e in events]
-            return [message.rstrip("\n") for _, message in sorted(found)][-lines:]
+                found += [
+                    (int(e.get("timestamp", 0)), host, str(e.get("message", "")).rstrip("\n"))
+                    for e in events
+                ]
+        except Exception as exc:
+            raise SageMakerError(f"reading the CloudWatch log of {name}", exc) from None
+        return sorted(found)[-lines:]
+
+    def log_tail(self, name: str, lines: int = _TAIL) -> list[str]:
+        """The last ``lines`` of the job's CloudWatch log streams, oldest first; ``[]`` when
+        there are none or they cannot be read (for a failure's reason)."""
+        with contextlib.suppress(FerryError):
+            return [message for _, _, message in self.log_lines(name, lines)]
         return []
 
 

@@ -520,16 +520,14 @@ class VertexBackend(CloudBackend):
         return VertexRun(job, name, folder, log_path, metrics_path, grace, option=option)
 
     def provider_log(self, job: Job, handle: str | None, lines: int) -> list[str]:
-        from ferry.backends.cloud_backend import folder_of
+        from ferry.backends.vertex_request import console_url
 
         name = (handle or "").partition("@")[0]
-        parts = name.split("/")
-        where = f" (project {parts[1]}, region {parts[3]})" if len(parts) == 6 else ""
+        page = console_url(name) if name else ""
         raise FerryError(
-            f"Vertex AI keeps the custom job's own log in Cloud Logging{where}, which Ferry "
-            f"does not read; ferry logs {job.id} has what the runner copied to "
-            f"{folder_of(handle) or 'the run folder'}",
-            "see the job's Cloud Console page (ferry status shows it), its Logs tab",
+            f"Vertex AI keeps the custom job's own log in Cloud Logging, which Ferry does not "
+            f"read (ferry logs {job.id} has what the runner wrote)",
+            f"open the job's Logs tab: {page}" if page else f"ferry status {job.id}",
         )
 
     def end_provider_job(self, handle: str) -> None:

@@ -143,6 +143,9 @@ def _follow(
             if attempt is None and later:
                 ended = next((a for a in attempts if a.number == current.number), current)
                 current, offset = later[0], 0
+                if status.progress:  # (the attached run: what the last attempt said first)
+                    status.next_alerts = 0.0
+                    status.alerts(store, job)
                 status.clear()
                 why = f" ({_ended(ended)})" if ended.status.is_terminal() else ""
                 print(
@@ -170,7 +173,10 @@ def _follow(
 def _ended(attempt: Attempt) -> str:
     """``'attempt 1 failed: no capacity: …'``: how an attempt ended, for the next one's line."""
     said = f"attempt {attempt.number} {attempt.status.value.lower().replace('_', ' ')}"
-    return f"{said}: {attempt.reason}" if attempt.reason else said
+    if not attempt.reason:
+        return said
+    first = attempt.reason.strip().splitlines()[0] if attempt.reason.strip() else ""
+    return f"{said}: {first[:300]}" + ("…" if len(first) > 300 else "")
 
 
 def drain(path: str, offset: int, timestamps: bool, streams: str, ranks: Ranks = ALL) -> None:

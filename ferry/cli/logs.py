@@ -102,23 +102,34 @@ def logs(args: argparse.Namespace) -> int:
 
 
 def _provider_log(store: Any, job: Any, args: argparse.Namespace) -> int:
-    """Print the last lines of the provider's own log of the attempt."""
+    """Print the last lines of the provider's own log of the attempt (the latest that made
+    a provider's job, unless --attempt says which)."""
     from ferry.backends.registry import get_backend
     from ferry.errors import UsageError
 
-    if args.follow:
-        raise UsageError("--provider prints the provider's log as it is now, without -f")
-    attempts = [a for a in store.attempts(job.id) if args.attempt in (None, a.number)]
-    if not attempts:
+    for flag, given in (("-f", args.follow), ("--stream", args.stream != "all")):
+        if given:
+            raise UsageError(f"--provider prints the provider's log as it is, without {flag}")
+    if args.rank is not None or args.timestamps:
         raise UsageError(
-            f"job {job.id} has no attempt {args.attempt}"
-            if args.attempt
-            else f"job {job.id} has not started yet",
-            f"ferry status {job.id}",
+            "--provider prints the provider's log as it is, without --rank or --timestamps "
+            "(its lines are led by their host)"
         )
-    lines = get_backend(job.backend).provider_log(
-        job, attempts[-1].handle, args.tail if args.tail is not None else 1000
-    )
-    for line in lines:
+    attempts = store.attempts(job.id)
+    if args.attempt is not None:
+        chosen = [a for a in attempts if a.number == args.attempt]
+        if not chosen:
+            raise UsageError(
+                f"job {job.id} has no attempt {args.attempt}",
+                f"it has attempts 1 to {len(attempts)}" if attempts else f"ferry status {job.id}",
+            )
+    else:
+        chosen = [a for a in attempts if a.handle] or attempts
+        if not chosen:
+            raise UsageError(f"job {job.id} has not started yet", f"ferry status {job.id}")
+    lines = args.tail if args.tail is not None else 1000
+    if lines == 0:
+        return 0
+    for line in get_backend(job.backend).provider_log(job, chosen[-1].handle, lines):
         print(line)
     return 0

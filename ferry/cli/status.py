@@ -19,7 +19,7 @@ from ferry.cli._common import (
     runtime,
     store_now,
 )
-from ferry.status import describe_exit, exit_fields, shell_code, signal_name
+from ferry.status import PROVIDER_JOB_PREFIX, describe_exit, exit_fields, shell_code, signal_name
 from ferry.telemetry import ALERT_PREFIX, is_alert
 from ferry.units import format_usd
 
@@ -215,6 +215,8 @@ def status(args: argparse.Namespace) -> int:
             message = e.message
             if is_alert(message):
                 change, message = "[red]alert[/]", message.removeprefix(ALERT_PREFIX)
+            elif message.startswith(PROVIDER_JOB_PREFIX):
+                change, message = "provider", message.removeprefix(PROVIDER_JOB_PREFIX)
             t.add_row(local_time(e.at), change.lstrip("→ ").strip(), message)
         console.print()
         console.print(t)

@@ -1,7 +1,8 @@
 """Nothing is left running or billing on either cloud's double: Ctrl-C on an attached run,
 ``limits.max_runtime``, ``limits.max_cost`` and a hard monthly budget each give the job the
-notice through its run folder, then end the provider's job, whose machines stop
-(``ferry cancel`` is in test_vertex.py, test_sagemaker.py and test_cloud_gangs.py).
+notice through its run folder; the script ends, the provider's job ends with it (Ferry
+cancels one that runs on past the grace) and its machines stop (``ferry cancel`` is in
+test_vertex.py, test_sagemaker.py and test_cloud_gangs.py).
 tests/backends/*_server.py say what the doubles simulate."""
 
 from __future__ import annotations

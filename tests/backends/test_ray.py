@@ -111,6 +111,11 @@ def test_a_job_runs_as_a_ray_job_under_the_contract(ray_project: Path, ray_head:
     assert "model/model.txt" in {f["path"] for f in manifest["files"]}
     metrics = ferry_json("metrics", job_id)
     assert any(m["name"] == "loss" for m in metrics), metrics
+    # Ray's own log of the job (its Jobs API's): a second source, Ray's words on starting
+    # the runner (the job's own output goes to the run folder)
+    provider = ferry("logs", job_id, "--provider")
+    assert provider.returncode == 0, provider
+    assert "Running entrypoint for job ferry-" in provider.stdout, provider.stdout
 
 
 def test_a_gang_of_two_ranks_runs_on_the_node(ray_project: Path) -> None:

@@ -282,8 +282,14 @@ def test_the_training_jobs_own_log_is_a_second_source(
         "the job's CloudWatch lines",
     )
     assert "starting at 0" in shown.stdout
+    assert not shown.stdout.startswith("[algo-")  # (one host: its lines as they are)
     last = ferry("logs", job_id, "--provider", "--tail", "1")
     assert last.returncode == 0 and len(last.stdout.splitlines()) == 1, last
+    none = ferry("logs", job_id, "--provider", "--tail", "0")
+    assert none.returncode == 0 and none.stdout == ""
+    for flags in (["-f"], ["--stream", "stderr"], ["--rank", "0"]):
+        refused = assert_one_line_error(ferry("logs", job_id, "--provider", *flags), 2)
+        assert "--provider prints the provider's log as it is, without" in refused
     # a local job has no provider's log: one sentence that says where its log is
     local = ferry("run", "--", "python", "-c", "print('here')", cwd=project)
     assert local.returncode == 0
@@ -364,6 +370,9 @@ def test_dry_run_prints_the_request_with_placeholders_and_no_settings(
     assert body["StoppingCondition"]["MaxRuntimeInSeconds"] == 7200 + 120 + 300
     assert body["RoleArn"] == "<ROLE_ARN>" and body["HyperParameters"] == {"lr": "0.01"}
     assert shown["aws"].startswith("aws sagemaker create-training-job --region ")
+    assert (
+        "is the cheapest region for this instance: the job runs in its bucket's" in (shown["note"])
+    )
     filled = {p["placeholder"] for p in shown["placeholders"]}
     assert {"<ROLE_ARN>", "<BUCKET>", "<JOB_ID>"} <= filled
     assert "ferry: <ROLE_ARN>: ferry config set sagemaker.role ROLE_ARN" in out.stderr

@@ -74,7 +74,8 @@ def test_a_job_runs_as_a_custom_job_and_its_model_lands_in_the_bucket(
     events = " | ".join(e["message"] for e in job_status(job_id)["events"])
     assert "console.cloud.google.com/vertex-ai/locations/us-central1/training/" in events
     said = assert_one_line_error(ferry("logs", job_id, "--provider"), 1)
-    assert "own log in Cloud Logging (project test-project, region us-central1)" in said, said
+    assert "own log in Cloud Logging, which Ferry does not read" in said, said
+    assert "open the job's Logs tab: https://console.cloud.google.com/vertex-ai/" in said
     # the same folder again: nothing to upload
     again = ferry(
         "run", "--backend", "vertex", "--detach", "job.yaml", cwd=project, env={"HIDDEN": "x"}

@@ -445,7 +445,7 @@ def _flex_start_refusal(spec: dict[str, Any]) -> str | None:
         return "FLEX_START requires the same machine spec in every worker pool"
     if machines[0].get("acceleratorType") not in FLEX_START_GPUS:
         return f"FLEX_START does not support {machines[0].get('acceleratorType', 'CPU-only')}"
-    if int(scheduling.get("timeout", "0s").rstrip("s")) > FLEX_START_TIMEOUT:
+    if float(scheduling.get("timeout", "0s").rstrip("s")) > FLEX_START_TIMEOUT:
         return "FLEX_START requires a timeout of at most 7 days"
     return None
 
