@@ -2,7 +2,8 @@
 the project, the bucket, the service account (IAM: it exists), the machine in its region
 (``vertex.region``, else the cheapest region that has it), and its quota for custom
 training (Service Usage: the ``aiplatform.googleapis.com/custom_model_training_*`` metric
-of the region; the preemptible one for spot and flex-start capacity, which draw on it).
+of the region; the preemptible one for spot, and for flex-start capacity, which Ferry
+takes to draw on it as well: the pages it was built from do not say).
 
 With an ``http://`` ``vertex.endpoint`` (a test server here) every Google API the checks
 call is asked there, without credentials."""
