@@ -180,10 +180,9 @@ class Backend(abc.ABC):
         """The last ``lines`` of the log the provider keeps of an attempt (SageMaker's
         CloudWatch streams), a second source beside the log Ferry copies. Raises
         FerryError where there is none to read."""
-        raise Unsupported(
+        raise Unsupported(  # (the fix is in the sentence)
             f"the {self.name} backend keeps no log of its own: ferry logs {job.id} shows all "
-            "the attempt wrote",
-            f"ferry logs {job.id}",
+            "the attempt wrote"
         )
 
     # What an attempt of a job costs and gets here, asked at each launch (the controller

@@ -1038,48 +1038,17 @@ def _watch(
     ends = running.fileno()
     if ends is not None:
         waiting.register(ends, selectors.EVENT_READ)
-    # While the attempt waits for its machine its clocks stand still: the time waited is
-    # taken off as it passes (the attempt's start, the job's start, the deadline), so the
-    # store always holds them without it, and a follower that takes over goes on from there
-    waiting_since: float | None = None  # when this follower first saw it waiting
-    waited_to = 0.0  # up to when the time waited has been taken off
-    job_started = job.started_at or time.time()
+    clock = _WaitClock(store, job.id, number, job.started_at or time.time())
     try:
         while True:
             ended = running.poll()
-            still = running.waiting
-            if still or waiting_since is not None:
-                now_wall = time.time()
-                if waiting_since is None:  # (from here: what came before it was launching)
-                    waiting_since = waited_to = now_wall
-                    store.update_attempt(job.id, number, started_at=now_wall)
-                    cap = replace(cap, started=now_wall)
-                machine = None if still else running.machine_started
-                never = not still and machine is None and ended is not None
-                upto = now_wall if still else min(machine or now_wall, now_wall)
-                step = upto - waited_to
-                if step > 0 and (not still or step >= defaults.BUDGET_POLL):
-                    waited_to = upto
-                    job_started += step
-                    if deadline is not None:
-                        deadline += step
-                    if preempt_at is not None:
-                        preempt_at += step
-                    cap = replace(cap, started=upto)
-                    store.update_attempt(job.id, number, started_at=upto)
-                    store.update_job(job.id, started_at=job_started)
-                if still:
-                    observer.monitor.saw_output(now_wall)  # (no progress is expected yet)
-                else:  # its machine started, or it ended without one
-                    waited = format_duration(waited_to - waiting_since)
-                    store.add_event(
-                        job.id,
-                        f"attempt {number} ended after {waited} of waiting, before its machine "
-                        "started"
-                        if never
-                        else f"attempt {number}'s machine started after {waited} of waiting",
-                    )
-                    waiting_since = None
+            moved = clock.look(running, ended, observer)
+            if moved is not None:  # (the time waited, taken off)
+                cap = replace(cap, started=clock.attempt_started)
+                if deadline is not None:
+                    deadline += moved
+                if preempt_at is not None:
+                    preempt_at += moved
             if ended is not None:
                 observer.sample(running.pid, last=True, ended=ended)  # what they used
                 for message in running.events():
@@ -1089,7 +1058,7 @@ def _watch(
             waits = [defaults.HEARTBEAT_INTERVAL, control.control_poll]
             if ends is None:
                 waits.append(_POLL_REMOTE)
-            if deadline and not stopping and waiting_since is None:
+            if deadline and not stopping and not clock.waiting:
                 waits.append(max(0.0, deadline - now_wall))
             if not sampled:
                 waits.append(_FIRST_SAMPLE_EVERY)
@@ -1139,15 +1108,15 @@ def _watch(
                     return "detached", Exit(Exit.LOST, None, "its supervisor was stopped")
                 elif control.terminated:
                     stopping = "stopped"
-                elif deadline and time.time() >= deadline and waiting_since is None:
+                elif deadline and time.time() >= deadline and not clock.waiting:
                     stopping = "timeout"
-                elif waiting_since is None and cap.reached(time.time(), lookahead):
+                elif not clock.waiting and cap.reached(time.time(), lookahead):
                     stopping = "budget"
                 elif cap.price > 0 and mono - last_budget >= defaults.BUDGET_POLL:
                     last_budget = mono  # a budget set while the job runs counts too
                     if _hard_budget_spent(store):
                         stopping = "monthly"
-                elif preempt_at is not None and mono >= preempt_at and waiting_since is None:
+                elif preempt_at is not None and mono >= preempt_at and not clock.waiting:
                     stopping, observer.preempted_by = "preempted", "simulate.preempt_every"
                 elif mono - last_control >= control.control_poll or _woken(control):
                     last_control = mono
@@ -1194,6 +1163,58 @@ _FIRST_SAMPLE_WITHIN = 5.0  # ... for at most this long
 _POLL_REMOTE = 0.25  # s between polls of an attempt that gives nothing to wait on
 _ABANDON_WAIT = 600.0  # s an abandoned attempt is waited for after its kill
 _KILL_AGAIN = 30.0  # s between kills of an attempt that has not ended after the first
+
+
+class _WaitClock:
+    """An attempt's clocks while it waits for its machine (a cloud job its provider has not
+    started): they stand still. The time waited is taken off as it passes, every
+    BUDGET_POLL seconds and when the wait ends, from the attempt's start and the job's in
+    the store, so the store always holds them without it and a follower that takes over
+    goes on from there; :meth:`look` says how far the caller's own clocks (the deadline,
+    the simulated preemption) move on."""
+
+    def __init__(self, store: Store, job_id: str, number: int, job_started: float) -> None:
+        self.store, self.job_id, self.number = store, job_id, number
+        self.job_started = job_started
+        self.since: float | None = None  # when this follower first saw it waiting
+        self.attempt_started = 0.0  # its start, without the time waited
+
+    @property
+    def waiting(self) -> bool:
+        return self.since is not None
+
+    def look(self, running: RunningAttempt, ended: object, observer: Observer) -> float | None:
+        """Seconds the clocks move on by now; None while nothing changed."""
+        still = running.waiting
+        if not still and self.since is None:
+            return None
+        now = time.time()
+        moved: float | None = None
+        if self.since is None:  # (from here: what came before it was launching)
+            self.since = self.attempt_started = now
+            self.store.update_attempt(self.job_id, self.number, started_at=now)
+            moved = 0.0
+        machine = None if still else running.machine_started
+        upto = now if still else min(machine or now, now)
+        step = upto - self.attempt_started
+        if step > 0 and (not still or step >= defaults.BUDGET_POLL):
+            self.attempt_started = upto
+            self.job_started += step
+            self.store.update_attempt(self.job_id, self.number, started_at=upto)
+            self.store.update_job(self.job_id, started_at=self.job_started)
+            moved = step
+        if still:
+            observer.monitor.saw_output(now)  # (no progress is expected yet)
+            return moved
+        waited = format_duration(self.attempt_started - self.since)
+        self.store.add_event(
+            self.job_id,
+            f"attempt {self.number} ended after {waited} of waiting, before its machine started"
+            if machine is None and ended is not None
+            else f"attempt {self.number}'s machine started after {waited} of waiting",
+        )
+        self.since = None
+        return moved
 
 
 def _hard_budget_spent(store: Store) -> bool:
