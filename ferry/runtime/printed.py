@@ -42,8 +42,11 @@ _RECORD_FIELDS = frozenset(
 # shows while it sets up (capitals joined by underscores), not measurements; `MSE=0.24` and
 # `F1=0.8` stay metrics
 _ENV_NAME = re.compile(r"[A-Z][A-Z0-9]*_[A-Z0-9_]*|RANK")
-# `Namespace(lr=0.001, seed=42)`: settings shown as a Python repr, not measurements
-_REPR = re.compile(r"\b[A-Za-z_]\w*\([^()]*=[^()]*\)")
+# `Namespace(lr=0.001, seed=42)`, `FrozenTrial(number=27, ..., trial_id=27)`: settings
+# and records shown as a Python repr, not measurements; where one starts (its end is found by
+# matching brackets, since reprs nest: `datetime.datetime(...)`, `{'x': FloatDistribution(...)}`)
+_CALL = re.compile(r"\b[A-Za-z_][\w.]*\(")
+_OPENS, _CLOSES = "([{", ")]}"
 _PROBLEM_LEVELS = frozenset({"warn", "warning", "error", "critical", "fatal"})
 _STEP_NAMES = ("step", "global_step", "iteration", "iter", "epoch")
 STEPS_TOTAL = "steps_total"  # the N of a printed `epoch=3/N`
@@ -81,7 +84,7 @@ def parse_line(
                 if isinstance(value, int | float) and not isinstance(value, bool):
                     metrics[str(key)] = float(value)
     elif not is_warning_line(text):
-        for match in _PAIR.finditer(_REPR.sub(" ", text)):
+        for match in _PAIR.finditer(without_reprs(text)):
             if _ENV_NAME.fullmatch(match.group(1)):
                 continue
             metrics[match.group(1)] = float(match.group(2))
@@ -99,6 +102,48 @@ def parse_line(
             except (IndexError, ValueError):
                 continue
     return step, metrics
+
+
+def without_reprs(text: str) -> str:
+    """``text`` with every Python repr that holds a ``name=`` (``Namespace(lr=0.1)``, Optuna's
+    ``FrozenTrial(...)``, nested ones included) replaced by a space. A repr cut off before its
+    closing bracket runs to the end of the line."""
+    if "(" not in text or "=" not in text:
+        return text
+    out, at = [], 0
+    while (start := _CALL.search(text, at)) is not None:
+        end = _closing(text, start.end() - 1)
+        if "=" in text[start.end() : end]:
+            out += [text[at : start.start()], " "]
+            at = end
+        else:  # `Epoch(3) loss=0.3`: a call without settings leaves its pairs readable
+            out.append(text[at : start.end()])
+            at = start.end()
+    out.append(text[at:])
+    return "".join(out)
+
+
+def _closing(text: str, opened: int) -> int:
+    """The index after the bracket that closes the one at ``opened`` (the end of ``text``
+    when none does), skipping brackets inside quoted strings."""
+    depth, quote, i = 0, "", opened
+    while i < len(text):
+        char = text[i]
+        if quote:
+            if char == "\\":
+                i += 1
+            elif char == quote:
+                quote = ""
+        elif char in "'\"":
+            quote = char
+        elif char in _OPENS:
+            depth += 1
+        elif char in _CLOSES:
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return len(text)
 
 
 def _problem_record(record: dict[object, object]) -> bool:

@@ -103,3 +103,31 @@ def test_environment_variables_a_script_shows_are_not_metrics() -> None:
     assert metrics("RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 OMP_NUM_THREADS=1 loss=0.5") == {"loss": 0.5}
     # short capitals are metric names
     assert metrics("MSE=0.24 F1=0.8 AUC=0.91") == {"MSE": 0.24, "F1": 0.8, "AUC": 0.91}
+
+
+def test_optunas_printed_trials_are_not_metrics() -> None:
+    # what a script running its own study prints at the end (`print(study.best_trial)`):
+    # nested reprs, whose `number=` and `trial_id=` were once stored as metrics
+    import contextlib
+    import io
+
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study()
+    study.optimize(lambda t: (t.suggest_float("x", -10, 10) - 2) ** 2, n_trials=3)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        print(study.best_trial)
+        print(study.trials[:2])
+        print(f"done: best={study.best_value} trial={study.best_trial}")
+    lines = printed.getvalue().splitlines()
+    assert lines[0].startswith("FrozenTrial(number=") and "trial_id=" in lines[0]
+    assert [metrics(line) for line in lines[:2]] == [{}, {}]
+    assert metrics(lines[2]) == {"best": study.best_value}
+
+
+def test_pairs_beside_a_call_without_settings_are_read() -> None:
+    assert metrics("Epoch(3) loss=0.3") == {"loss": 0.3}
+    assert metrics("cfg=Config(lr=0.1, opt=Adam(betas=(0.9, 0.99))) loss=0.5") == {"loss": 0.5}
+    assert metrics("Trainer(max_epochs=5, ...") == {}  # cut off before its bracket closed
