@@ -21,11 +21,15 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from ferry import config
 from ferry.errors import FerryError, Unsupported, UsageError
 from ferry.units import format_size
+
+if TYPE_CHECKING:
+    import psutil
 
 DASHBOARD_PORT = 8265  # Ray's default dashboard (Jobs API) port
 LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "0.0.0.0"})
@@ -37,13 +41,15 @@ _OWN_PORTS = (
     "runtime-env-agent-port",
     "ray-client-server-port",
 )
-_START_TIMEOUT = 120.0
-# starts the command in its argv in a session of its own and ends: the command is left to
-# init (or the nearest subreaper)
+_START_TIMEOUT = 120.0  # s for a head to start and its Jobs API to answer
+_STOP_GRACE = 10.0  # s between SIGTERM and SIGKILL for the head's processes
+# starts the command in its argv in a session of its own, its output to this one's stderr,
+# prints its PID and ends: the command is left to init (or the nearest subreaper)
 _DETACH = (
     "import subprocess, sys; "
-    "subprocess.Popen(sys.argv[1:], start_new_session=True, stdin=subprocess.DEVNULL)"
-)  # s for a head to start and its Jobs API to answer
+    "print(subprocess.Popen(sys.argv[1:], start_new_session=True, stdin=subprocess.DEVNULL, "
+    "stdout=sys.stderr).pid)"
+)
 
 
 @dataclass(frozen=True)
@@ -97,6 +103,7 @@ class LocalHead:
         # Ray's sockets live under its temp folder: a short path keeps them under the
         # 107 bytes a socket path may have
         self.temp_dir = Path(f"/tmp/ferry-ray-{os.getuid()}-{tag}")
+        self.session: int | None = None  # the session of the head this object started
 
     def running(self) -> str | None:
         """The dashboard of the head this home started, if it answers."""
@@ -160,14 +167,23 @@ class LocalHead:
 
         try:
             # `ray start` returns once the head runs: its processes are left to init, not
-            # to this process (a supervisor that kills what it leaves would kill the head)
+            # to this process (a supervisor that kills what it leaves would kill the head).
+            # It starts a session of its own, which every process of the head inherits (Ray
+            # starts its daemons, agents, client proxy and workers without setsid): the
+            # session's number is how `stop` finds them all, whatever they are called.
             with open(log, "ab") as out, not_subreaper():
-                done = subprocess.run(
-                    argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, timeout=_START_TIMEOUT
+                starter = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=out,
+                    start_new_session=True,
                 )
-            if done.returncode != 0:
+                self.session = starter.pid
+                code = starter.wait(timeout=_START_TIMEOUT)
+            if code != 0:
                 raise FerryError(
-                    f"could not start a Ray head on this machine (exit code {done.returncode})",
+                    f"could not start a Ray head on this machine (exit code {code})",
                     f"see {log}, or start a cluster yourself and set ray.address",
                 )
             url = f"http://127.0.0.1:{dashboard_port}"
@@ -188,43 +204,120 @@ class LocalHead:
         except FerryError:
             self.stop()  # nothing half started is left behind
             raise
-        tmp = self.record.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"dashboard": url, "gcs": f"127.0.0.1:{gcs_port}"}))
-        os.replace(tmp, self.record)
+        record: dict[str, object] = {
+            "dashboard": url,
+            "gcs": f"127.0.0.1:{gcs_port}",
+            "session": self.session,
+            "started": _members(self.session),  # (what proves the session is still the head's)
+        }
+        self._write(record)
         idle = float(config.get("ray.idle"))
         if idle > 0:  # a watcher, left to init, stops the head once no job has run for `idle`
-            watcher = [sys.executable, "-m", "ferry.backends.ray_cluster", url, f"{idle:g}"]
-            with open(log, "ab") as out, not_subreaper():
-                subprocess.run(  # (through a process that ends at once: no child of ours)
-                    [sys.executable, "-c", _DETACH, *watcher],
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=out,
-                    env={**os.environ, "FERRY_HOME": str(config.ferry_home())},
-                    timeout=60,
-                )
+            self._write({**record, "watcher": self._start_watcher(url, idle, log)})
         return url
 
+    def _write(self, record: dict[str, object]) -> None:
+        tmp = self.record.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record))
+        os.replace(tmp, self.record)
+
+    def _start_watcher(self, url: str, idle: float, log: Path) -> tuple[int, float]:
+        """Start the idle watcher, left to init; returns its PID and start time."""
+        from ferry.procs import start_time
+        from ferry.runner.spawn import not_subreaper
+
+        watcher = [sys.executable, "-m", "ferry.backends.ray_cluster", url, f"{idle:g}"]
+        with open(log, "ab") as out, not_subreaper():
+            done = subprocess.run(  # (through a process that ends at once: no child of ours)
+                [sys.executable, "-c", _DETACH, *watcher],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=out,
+                env={**os.environ, "FERRY_HOME": str(config.ferry_home())},
+                timeout=60,
+                check=True,
+            )
+        pid = int(done.stdout)
+        return pid, start_time(pid) or 0.0
+
     def stop(self) -> bool:
-        """Stop the head this home started (its processes, found by their session
-        folder); returns whether one was running."""
+        """Stop the head this home started: every process of the session its ``ray start``
+        began, anything those started in sessions of their own, and its idle watcher, by
+        the numbers recorded when it started. Returns whether any was running."""
         import psutil
 
+        try:
+            known = json.loads(self.record.read_text())
+        except (OSError, ValueError):
+            known = {}
+        session = known.get("session", self.session)
         found = []
-        marker = str(self.temp_dir)
-        for proc in psutil.process_iter(["cmdline"]):
-            with contextlib.suppress(psutil.Error):
-                if any(marker in part for part in proc.info["cmdline"] or ()):
-                    found.append(proc)
+        if session and _still_the_heads(int(session), known.get("started")):
+            found = [p for pid, _ in _members(int(session)) if (p := _process(pid))]
+            found += [c for proc in list(found) for c in _children(proc)]
+        watcher = known.get("watcher")
+        if watcher and watcher[0] != os.getpid() and _alive(int(watcher[0]), watcher[1]):
+            found += [p for p in [_process(int(watcher[0]))] if p]
         for proc in found:
             with contextlib.suppress(psutil.Error):
                 proc.send_signal(signal.SIGTERM)
-        _, alive = psutil.wait_procs(found, timeout=10)
+        _, alive = psutil.wait_procs(found, timeout=_STOP_GRACE)
         for proc in alive:
             with contextlib.suppress(psutil.Error):
                 proc.kill()
+        psutil.wait_procs(alive, timeout=_STOP_GRACE)
         self.record.unlink(missing_ok=True)
         return bool(found)
+
+
+def _members(session: int) -> list[tuple[int, float]]:
+    """The processes of ``session`` now, as (PID, start time) pairs."""
+    from ferry.procs import start_time
+
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        pid = int(name)
+        with contextlib.suppress(OSError):
+            if os.getsid(pid) == session and (started := start_time(pid)) is not None:
+                found.append((pid, started))
+    return found
+
+
+def _still_the_heads(session: int, started: list[tuple[int, float]] | None) -> bool:
+    """Whether ``session`` still holds a process that was part of the head when it started
+    (a session's number is free again once all its processes are gone)."""
+    if started is None:  # (stopping a start that failed half way: nothing recorded yet)
+        return True
+    return any(_alive(int(pid), at) for pid, at in started)
+
+
+def _alive(pid: int, started: float) -> bool:
+    """Whether ``pid`` is still the process that started at ``started``."""
+    from ferry.procs import start_time
+
+    now = start_time(pid)
+    return now is not None and abs(now - started) < 1.0
+
+
+def _process(pid: int) -> psutil.Process | None:
+    import psutil
+
+    try:
+        return psutil.Process(pid)
+    except psutil.Error:
+        return None
+
+
+def _children(proc: psutil.Process) -> list[psutil.Process]:
+    """Every descendant of ``proc`` (Ray's jobs run in sessions of their own)."""
+    import psutil
+
+    try:
+        return list(proc.children(recursive=True))
+    except psutil.Error:
+        return []
 
 
 def _answers(url: str) -> bool:

@@ -645,11 +645,11 @@ def test_an_attempt_that_cannot_be_found_again_is_lost_and_counted(
     assert sum(status["retries_used"].values()) == 1, status["retries_used"]
 
 
-def test_ferry_ray_stop_keeps_a_head_that_runs_jobs(
+def test_ferry_ray_stop_keeps_a_head_that_runs_jobs_and_leaves_no_process_of_it(
     home: Path, project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("RAY_ADDRESS", raising=False)  # Ferry's own head, in this home
-    assert ferry("config", "set", "ray.idle", "0").returncode == 0
+    assert ferry("config", "set", "ray.idle", "1h").returncode == 0  # (with its idle watcher)
     (project / "train.py").write_text(SCRIPT)
     release = tmp_path / "release"  # (never: the cancel ends it)
     job_id = submit(
@@ -662,10 +662,58 @@ def test_ferry_ray_stop_keeps_a_head_that_runs_jobs(
         assert wait_status(job_id, "RUNNING")  # untouched
         assert ferry("cancel", job_id).returncode == 0
         wait_status(job_id, "CANCELLED", timeout=60)
+        head = _head_processes(json.loads((home / "ray" / "head.json").read_text()))
+        lines = [" ".join(p.info["cmdline"] or ()) for p in head]
+        assert any("ray.util.client.server" in line for line in lines), lines
+        assert any("ferry.backends.ray_cluster" in line for line in lines), "no idle watcher"
         result = ferry("ray", "stop")
         assert result.returncode == 0 and "stopped the Ray head" in result.stdout
+        left = [f"{p.pid} {p.info['cmdline']}"[:150] for p in head if _alive(p)]
+        assert not left, "\n".join(left)  # by the time the command said so
     finally:
         ferry("ray", "stop", "--force")
+
+
+def _alive(proc: Any) -> bool:
+    import psutil
+
+    try:
+        return bool(proc.status() != psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return False
+
+
+def _head_processes(record: dict[str, Any]) -> list[Any]:
+    """The processes of a head Ferry started, found as a person would find them: its
+    dashboard (by its port), every process in the dashboard's session and their children,
+    Ray's client proxy (by the head's GCS port) and Ferry's idle watcher (by the head's
+    address), and their children."""
+    import psutil
+
+    port = record["dashboard"].rsplit(":", 1)[1]
+    gcs_port = record["gcs"].rsplit(":", 1)[1]
+    dashboards = [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if f"--port={port}" in (p.info["cmdline"] or ())
+        and "dashboard" in " ".join(p.info["cmdline"])
+    ]
+    assert dashboards, f"no dashboard at port {port}"
+    session = os.getsid(dashboards[0].pid)
+    found = {}
+    for proc in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error, OSError):
+            line = " ".join(proc.info["cmdline"] or ())
+            if (
+                os.getsid(proc.pid) == session
+                or ("ray.util.client.server" in line and f":{gcs_port}" in line)
+                or ("ferry.backends.ray_cluster" in line and record["dashboard"] in line)
+            ):
+                found[proc.pid] = proc
+                for child in proc.children(recursive=True):
+                    child.info = {"cmdline": child.cmdline()}
+                    found[child.pid] = child
+    return list(found.values())
 
 
 def test_requirements_are_installed_where_the_ray_job_runs(
