@@ -60,3 +60,33 @@ class DoesNotFit(FerryError):
 
 class BackendNotInstalled(FerryError):
     """A backend's optional dependencies are missing; the hint says what to install."""
+
+
+def install_hint(extra: str) -> str:
+    """The command that installs Ferry's ``extra`` into this Python, as Ferry was installed:
+    from a folder (a clone, editable or not) the extra comes from that folder, since
+    ``pip install 'ferry[extra]'`` would fetch another Ferry from the package index."""
+    folder, editable = _installed_from()
+    if folder:
+        return f"pip install {'-e ' if editable else ''}'{folder}[{extra}]'"
+    return f"pip install 'ferry[{extra}]'"
+
+
+def _installed_from() -> tuple[str | None, bool]:
+    """The folder Ferry was installed from (None: from the package index), and whether the
+    install is editable."""
+    import json
+    from importlib import metadata
+    from pathlib import Path
+
+    try:
+        said = json.loads(metadata.distribution("ferry").read_text("direct_url.json") or "{}")
+    except (metadata.PackageNotFoundError, ValueError):
+        said = {}
+    url = str(said.get("url", "")) if isinstance(said, dict) else ""
+    if url.startswith("file://"):
+        return url[len("file://") :], bool(said.get("dir_info", {}).get("editable", False))
+    here = Path(__file__).resolve().parent.parent
+    if (here / "pyproject.toml").is_file():  # imported from a source tree as it is
+        return str(here), True
+    return None, False

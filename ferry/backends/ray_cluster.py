@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from ferry import config
-from ferry.errors import FerryError, Unsupported, UsageError
+from ferry.errors import FerryError, Unsupported, UsageError, install_hint
 from ferry.units import format_size
 
 if TYPE_CHECKING:
@@ -135,7 +135,7 @@ class LocalHead:
         if importlib.util.find_spec("ray") is None:
             raise FerryError(
                 "starting a Ray head on this machine needs Ray, which is not installed",
-                "pip install 'ferry[ray]', or set ray.address to a cluster's dashboard",
+                f"{install_hint('ray')}, or set ray.address to a cluster's dashboard",
             )
 
         gcs_port, dashboard_port = free_port(), free_port()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from ferry.errors import BackendNotInstalled, UsageError
+from ferry.errors import BackendNotInstalled, UsageError, install_hint
 
 if TYPE_CHECKING:
     from ferry.backends.base import Backend
@@ -98,7 +98,7 @@ def get_backend(name: str) -> Backend:
     except ImportError as exc:
         raise BackendNotInstalled(
             f"the {name} backend needs packages that are not installed ({exc.name})",
-            f"pip install 'ferry[{extra}]'" if extra else "reinstall ferry",
+            install_hint(extra) if extra else "reinstall ferry",
         ) from None
     backend: Backend = getattr(module, class_name)()
     return backend

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ferry import config
 from ferry.backends.cloud_backend import ProviderError
-from ferry.errors import FerryError, SpecError
+from ferry.errors import FerryError, SpecError, install_hint
 
 if TYPE_CHECKING:
     from ferry.store.plan import Plan
@@ -38,7 +38,7 @@ def require_sdk() -> None:
 
         raise BackendNotInstalled(
             "the sagemaker backend needs boto3, which is not installed",
-            "pip install 'ferry[sagemaker]'",
+            install_hint("sagemaker"),
         )
 
 

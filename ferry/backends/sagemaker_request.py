@@ -34,7 +34,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from ferry.errors import FerryError
+from ferry.errors import FerryError, install_hint
 
 CHANNELS = "/opt/ml/input/data"  # where SageMaker puts each channel on the machine
 WHEEL_CHANNEL = "ferry-wheel"  # Ferry's wheel and the bootstrap beside it
@@ -221,7 +221,7 @@ def problems(body: dict[str, Any], stand_ins: dict[str, str] | None = None) -> l
 
         raise BackendNotInstalled(
             "the sagemaker backend needs boto3, which is not installed",
-            "pip install 'ferry[sagemaker]'",
+            install_hint("sagemaker"),
         ) from None
     if stand_ins:
         text = json.dumps(body)

@@ -48,7 +48,7 @@ from ferry.backends.cloud_backend import (
     bundle_said,
     shown_request,
 )
-from ferry.errors import FerryError, SpecError
+from ferry.errors import FerryError, SpecError, install_hint
 from ferry.status import PROVIDER_JOB_PREFIX
 from ferry.store.records import Job
 
@@ -235,7 +235,7 @@ def _require_sdk() -> None:
 
         raise BackendNotInstalled(
             "the vertex backend needs google-cloud-aiplatform, which is not installed",
-            "pip install 'ferry[vertex]'",
+            install_hint("vertex"),
         )
 
 

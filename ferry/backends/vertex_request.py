@@ -35,7 +35,7 @@ import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ferry.errors import FerryError
+from ferry.errors import FerryError, install_hint
 
 if TYPE_CHECKING:
     from ferry.accelerator_names import VertexMachine
@@ -180,7 +180,7 @@ def validate(body: dict[str, Any]) -> Any:
 
         raise BackendNotInstalled(
             "the vertex backend needs google-cloud-aiplatform, which is not installed",
-            "pip install 'ferry[vertex]'",
+            install_hint("vertex"),
         ) from None
     try:
         return CustomJob.from_json(json.dumps(body), ignore_unknown_fields=False)

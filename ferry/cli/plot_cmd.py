@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from ferry.cli._common import add_command, eprint, find_job, store_now
-from ferry.errors import BackendNotInstalled, UsageError
+from ferry.errors import BackendNotInstalled, UsageError, install_hint
 from ferry.telemetry import is_telemetry
 
 EXAMPLE = """\
@@ -112,7 +112,7 @@ def new_figure(width: float, height: float) -> Any:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError:
-        raise BackendNotInstalled("charts need matplotlib", "pip install 'ferry[plot]'") from None
+        raise BackendNotInstalled("charts need matplotlib", install_hint("plot")) from None
     figure = Figure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(figure)
     return figure

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ferry import config, defaults
-from ferry.errors import FerryError, TransitionError, UsageError
+from ferry.errors import FerryError, TransitionError, UsageError, install_hint
 from ferry.procs import environ_of, hostname, is_runner, is_supervisor, start_time
 from ferry.status import ACTIVE, AttemptStatus, JobStatus, shell_code
 from ferry.store import Attempt, Job, Store, open_store
@@ -79,9 +79,7 @@ def _check_telemetry(spec: JobSpec, environ: dict[str, str]) -> JobSpec:
         tracking = spec.tracking.model_copy(update={"mlflow": config.get("tracking.mlflow")})
         spec = spec.model_copy(update={"tracking": tracking})
     if spec.tracking.mlflow and not importlib.util.find_spec("mlflow"):
-        raise BackendNotInstalled(
-            "tracking.mlflow needs the MLflow client", "pip install 'ferry[mlflow]'"
-        )
+        raise BackendNotInstalled("tracking.mlflow needs the MLflow client", install_hint("mlflow"))
     for entry in spec.alerts.notify or ():
         if entry.kind == "command":
             continue  # the shell expands its own variables
@@ -132,10 +130,14 @@ def submit(
     from ferry.controller.budget import check_submission
 
     check_submission(store)
-    if spec.inputs or (spec.outputs and "://" in spec.outputs):
+    outputs = spec.outputs or f"{config.default_outputs_root()}/{{job_id}}"
+    if spec.inputs or "://" in outputs:
         from ferry.storage.staging import check_locations
 
-        check_locations({n: i.uri for n, i in spec.inputs.items()}, spec.outputs)
+        named = (
+            "outputs" if spec.outputs else f"outputs (outputs_root {config.get('outputs_root')})"
+        )
+        check_locations({n: i.uri for n, i in spec.inputs.items()}, outputs, named)
     if spec.outputs and "{job_id}" not in spec.outputs and not spec.outputs_exist_ok:
         from ferry.storage.locations import parse_uri
         from ferry.storage.occupancy import refuse_occupied

@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from ferry.errors import BackendNotInstalled
+from ferry.errors import BackendNotInstalled, install_hint
 from ferry.storage.logs import storage_in_use
 
 
@@ -83,7 +83,7 @@ def filesystem(protocol: str) -> Any:
     if importlib.util.find_spec(spec.module) is None:
         raise BackendNotInstalled(
             f"{protocol}:// storage needs the {spec.module} package, which is not installed",
-            f"pip install 'ferry[{spec.extra}]'" if spec.extra else "pip install fsspec",
+            install_hint(spec.extra) if spec.extra else "pip install fsspec",
         )
     storage_in_use()  # the libraries' log records go where this process wants them
     module_name, _, name = spec.target.partition(":")

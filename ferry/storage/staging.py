@@ -12,7 +12,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -174,9 +174,10 @@ def stage_input(
     )
 
 
-def check_locations(inputs: dict[str, str], outputs: str | None) -> None:
+def check_locations(inputs: dict[str, str], outputs: str | None, named: str = "outputs") -> None:
     """At submit: every input exists and every store is reachable, so a job never waits
-    in the queue only to fail on a typo. ``inputs`` maps name -> URI."""
+    in the queue only to fail on a typo. ``inputs`` maps name -> URI; ``outputs`` is the
+    job's outputs as written (``{job_id}`` in it), ``named`` what a message calls it."""
     for name, uri in inputs.items():
         try:
             loc = parse_uri(uri)
@@ -191,9 +192,9 @@ def check_locations(inputs: dict[str, str], outputs: str | None) -> None:
         try:
             loc = parse_uri(outputs.replace("{job_id}", "x"))
         except ValueError as exc:
-            raise SpecError(f"outputs: {exc}") from None
-        if not loc.is_local:
-            check_bucket(loc, "outputs", write=True)
+            raise SpecError(f"{named}: {exc}") from None
+        if not loc.is_local:  # (named as written: the job's id is not known yet)
+            check_bucket(replace(loc, uri=outputs), named, write=True)
 
 
 def _list_head(name: str, loc: Location) -> None:

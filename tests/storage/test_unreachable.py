@@ -119,6 +119,15 @@ def test_missing_buckets_and_wrong_credentials_against_the_emulators(
     line = assert_one_line_error(result, 1)
     assert took < BOUND and f"the credentials for s3://{bucket}/runs" in line
     assert "AWS_ACCESS_KEY_ID" in line
+    # the outputs_root setting is checked as --outputs is, and named as the user wrote it
+    assert ferry("config", "set", "outputs_root", f"s3://{bucket}/runs").returncode == 0
+    for args in (("run",), ("run", "--detach")):
+        result, took = _timed(*args, "--", "true", cwd=project)
+        line = assert_one_line_error(result, 1)
+        assert took < BOUND, (took, line)
+        assert line.startswith(f"ferry: outputs (outputs_root s3://{bucket}/runs): "), line
+        assert f"the credentials for s3://{bucket}/runs/{{job_id}}" in line, line
+    assert ferry_json("jobs") == []  # nothing was queued
 
 
 def test_ferry_outputs_of_a_job_whose_bucket_is_gone_from_reach(
