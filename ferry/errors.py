@@ -84,8 +84,8 @@ def _installed_from() -> tuple[str | None, bool]:
     except (metadata.PackageNotFoundError, ValueError):
         said = {}
     url = str(said.get("url", "")) if isinstance(said, dict) else ""
-    if url.startswith("file://"):
-        return url[len("file://") :], bool(said.get("dir_info", {}).get("editable", False))
+    if url.startswith("file://") and "dir_info" in said:  # (a folder, not a wheel file)
+        return url[len("file://") :], bool(said["dir_info"].get("editable", False))
     here = Path(__file__).resolve().parent.parent
     if (here / "pyproject.toml").is_file():  # imported from a source tree as it is
         return str(here), True
