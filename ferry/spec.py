@@ -798,7 +798,11 @@ def load_spec(path: str | Path | None = None, overrides: dict[str, Any] | None =
             data["code"] = str(here / code)
         inputs = data.get("inputs")
         if isinstance(inputs, dict):  # local input paths, like code, are relative to the file
-            data["inputs"] = {k: _relative_to(here, v) for k, v in inputs.items()}
+            # (each as a mapping, which a flag's mode or URI merges into)
+            data["inputs"] = {
+                k: _relative_to(here, {"uri": v} if isinstance(v, str) else v)
+                for k, v in inputs.items()
+            }
     if overrides:
         data = merge(data, overrides)
     return spec_from_dict(data, source)

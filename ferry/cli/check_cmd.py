@@ -8,12 +8,14 @@ import argparse
 import json
 from typing import Any
 
-from ferry.cli._common import add_command, add_spot_flag
+from ferry.cli._common import add_command
+from ferry.cli.spec_flags import add_spec_flags, overrides_from
 
 EXAMPLE = """\
   ferry check job.yaml --backend sagemaker
   ferry check job.yaml --backend vertex --accelerator T4:1 --spot
   ferry check job.yaml --backend vertex --json
+  ferry check job.yaml --backend sagemaker --outputs s3://my-bucket/runs/{job_id}
 """
 
 
@@ -30,12 +32,8 @@ def register(subparsers: Any) -> None:
         example=EXAMPLE,
     )
     p.add_argument("spec", help="job spec file (YAML)")
-    p.add_argument(
-        "--backend", help="vertex, sagemaker or auto (default: the spec's, else the setting)"
-    )
-    p.add_argument("--accelerator", metavar="KIND[:N]", help="e.g. A100:1, T4:1")
-    add_spot_flag(p)
     p.add_argument("--json", action="store_true", help="print JSON for scripts")
+    add_spec_flags(p, "vertex, sagemaker or auto (default: the spec's, else the setting)")
     p.set_defaults(handler=check)
 
 
@@ -46,15 +44,7 @@ def check(args: argparse.Namespace) -> int:
     from ferry.errors import UsageError
     from ferry.spec import load_spec
 
-    overrides: dict[str, Any] = {}
-    resources = {
-        k: getattr(args, k) for k in ("accelerator", "spot") if getattr(args, k) is not None
-    }
-    if resources:
-        overrides["resources"] = resources
-    if args.backend:
-        overrides["backend"] = args.backend
-    spec = load_spec(args.spec, overrides)
+    spec = load_spec(args.spec, overrides_from(args, None))
     name = spec.backend or str(config.get("backend"))
     if name == "auto":  # the backend ferry run would choose
         from ferry.controller.jobs import choose_backend

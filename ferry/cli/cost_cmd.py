@@ -11,7 +11,8 @@ import sys
 import time
 from typing import Any
 
-from ferry.cli._common import add_command, add_spot_flag, eprint, whole_number
+from ferry.cli._common import add_command, eprint, whole_number
+from ferry.cli.spec_flags import add_spec_flags, overrides_from
 from ferry.errors import UsageError
 from ferry.units import format_usd
 
@@ -50,12 +51,9 @@ def register(subparsers: Any) -> None:
     )
     e.add_argument("spec", nargs="?", help="job spec file (YAML)")
     e.add_argument("--hours", type=float, help="runtime to price (hours)")
-    e.add_argument("--backend", help="local, or auto (default: the spec's, else auto)")
-    e.add_argument("--accelerator", metavar="KIND[:N]", help="e.g. A100:1, H100:8, tpu-v5e-8")
-    add_spot_flag(e)
-    e.add_argument("--nodes", type=int, help="number of nodes")
     e.add_argument("--top", type=whole_number, default=5, help="options to list (default 5)")
     e.add_argument("--json", action="store_true", help="print JSON for scripts")
+    add_spec_flags(e, "local, ray, vertex, sagemaker, or auto (default: the spec's, else auto)")
     e.set_defaults(handler=estimate)
     r = add_command(
         sub,
@@ -81,15 +79,8 @@ def estimate(args: argparse.Namespace) -> int:
     from ferry.spec import load_spec
     from ferry.store import open_store
 
-    overrides: dict[str, Any] = {}
-    resources = {
-        k: getattr(args, k)
-        for k in ("accelerator", "spot", "nodes")
-        if getattr(args, k) is not None
-    }
-    if resources:
-        overrides["resources"] = resources
-    if args.spec is None and not resources:
+    overrides = overrides_from(args, None)
+    if args.spec is None and not overrides.get("resources"):
         raise UsageError(
             "give a job spec or the resources to price",
             "e.g. ferry cost estimate job.yaml, or --accelerator A100:1",

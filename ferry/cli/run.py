@@ -6,7 +6,8 @@ import argparse
 import signal
 from typing import Any
 
-from ferry.cli._common import add_command, add_spot_flag, eprint
+from ferry.cli._common import add_command, eprint
+from ferry.cli.spec_flags import add_spec_flags, overrides_from
 from ferry.errors import UsageError
 
 DESCRIPTION = """\
@@ -30,16 +31,6 @@ EXAMPLE = """\
 """
 
 
-def _pairs(values: list[str] | None, flag: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in values or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UsageError(f"{flag} expects KEY=VALUE, not {item!r}")
-        out[key] = value
-    return out
-
-
 def register(subparsers: Any) -> None:
     p = add_command(
         subparsers,
@@ -49,86 +40,8 @@ def register(subparsers: Any) -> None:
         example=EXAMPLE,
     )
     p.add_argument("spec", nargs="?", help="job spec file (YAML)")
-    p.add_argument("--name", help="job name (default: from the spec or the script)")
-    p.add_argument("--code", metavar="DIR", help="folder snapshotted for the job (default: .)")
-    p.add_argument(
-        "--backend", help="where to run: local, or auto (cheapest that fits; default from config)"
-    )
-    p.add_argument("--accelerator", metavar="KIND[:N]", help="e.g. A100:1, H100:8, tpu-v5e-8")
-    p.add_argument("--cpus", type=float, help="CPU cores per node")
-    p.add_argument("--memory", help="memory per node, e.g. 32GB")
-    add_spot_flag(p)
-    p.add_argument("--nodes", type=int, help="number of nodes")
-    p.add_argument(
-        "--procs-per-node",
-        type=int,
-        metavar="N",
-        help="processes per node, each told its rank as torchrun would (default: one per GPU)",
-    )
-    p.add_argument(
-        "--requirements",
-        metavar="FILE",
-        help="a requirements file in the code folder: the job runs in a virtual environment "
-        "built from it once and reused (environment.requirements)",
-    )
-    p.add_argument("--input", action="append", metavar="NAME=URI", help="an input (repeatable)")
-    p.add_argument(
-        "--outputs", metavar="URI", help="where results go (default: outputs_root/{job_id})"
-    )
-    p.add_argument(
-        "--outputs-exist-ok",
-        action="store_true",
-        default=None,
-        help="allow --outputs to hold files already (the manifest lists only this job's)",
-    )
-    p.add_argument(
-        "--env", action="append", metavar="KEY=VALUE", help="environment variable (repeatable)"
-    )
-    p.add_argument(
-        "--secret",
-        action="append",
-        metavar="NAME",
-        help="pass $NAME from here, never stored (repeatable)",
-    )
-    p.add_argument(
-        "--hparam",
-        "-p",
-        action="append",
-        metavar="KEY=VALUE",
-        help="hyperparameter (repeatable; YAML value)",
-    )
-    p.add_argument(
-        "--max-runtime", metavar="DURATION", help="stop the job after this long, e.g. 6h"
-    )
-    p.add_argument("--max-cost", type=float, metavar="USD", help="stop the job at this cost")
-    p.add_argument(
-        "--est-runtime", metavar="DURATION", help="expected runtime, for the price estimate"
-    )
     p.add_argument(
         "--yes", "-y", action="store_true", help="launch without asking, whatever the price"
-    )
-    p.add_argument(
-        "--retries", type=int, metavar="N", help="retries after a failing exit (retries.on_error)"
-    )
-    p.add_argument(
-        "--notify",
-        action="append",
-        metavar="KIND=TARGET",
-        help="send alerts to webhook=URL, email=ADDRESS or command=CMD (repeatable)",
-    )
-    p.add_argument(
-        "--on-alert",
-        choices=("notify", "stop"),
-        help="stop: end the job at its first alert (NaN, no progress, low GPU use, memory)",
-    )
-    p.add_argument("--mlflow", metavar="URI", help="also send metrics to this MLflow tracking URI")
-    p.add_argument(
-        "--simulate-preempt-every",
-        metavar="DURATION",
-        help="rehearse spot: preempt the job at random about this often (e.g. 90s)",
-    )
-    p.add_argument(
-        "--shell", action="store_true", default=None, help="run the command through /bin/sh"
     )
     p.add_argument(
         "--detach", "-d", action="store_true", help="print the job id and return at once"
@@ -136,83 +49,8 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--dry-run", action="store_true", help="print the resolved spec and plan; submit nothing"
     )
+    add_spec_flags(p)
     p.set_defaults(handler=run)
-
-
-def _number(value: Any) -> Any:
-    """YAML 1.1 reads ``1e-3`` as text; a hyperparameter that looks like a number is one."""
-    if isinstance(value, str):
-        for kind in (int, float):
-            try:
-                return kind(value)
-            except ValueError:
-                continue
-    return value
-
-
-def overrides_from(args: argparse.Namespace, command: list[str] | None) -> dict[str, Any]:
-    """Spec fields set by flags."""
-    out: dict[str, Any] = {}
-    for key in ("name", "code", "backend", "outputs", "outputs_exist_ok", "shell"):
-        if getattr(args, key) is not None:
-            out[key] = getattr(args, key)
-    resources = {
-        k: getattr(args, k)
-        for k in ("accelerator", "cpus", "memory", "spot", "nodes", "procs_per_node")
-        if getattr(args, k, None) is not None
-    }
-    if resources:
-        out["resources"] = resources
-    if args.requirements:  # (in place of what the spec says the software is)
-        out["environment"] = {"requirements": args.requirements, "python": None, "image": None}
-    if args.input:
-        out["inputs"] = _pairs(args.input, "--input")
-    if args.env:
-        out["env"] = _pairs(args.env, "--env")
-    if args.secret:
-        out["secrets"] = list(args.secret)
-    if args.hparam:
-        import yaml
-
-        hparams: dict[str, Any] = {}
-        for key, text in _pairs(args.hparam, "--hparam").items():
-            try:
-                hparams[key] = _number(yaml.safe_load(text)) if text else ""
-            except yaml.YAMLError:
-                hparams[key] = text
-        out["hyperparameters"] = hparams
-    limits = {}
-    if args.max_runtime is not None:
-        limits["max_runtime"] = args.max_runtime
-    if args.max_cost is not None:
-        limits["max_cost"] = args.max_cost
-    if limits:
-        out["limits"] = limits
-    if args.retries is not None:
-        out["retries"] = {"on_error": args.retries}
-    alerts: dict[str, Any] = {}
-    if args.notify:
-        alerts["notify"] = []
-        for item in args.notify:
-            kind, sep, target = item.partition("=")
-            if not sep or kind not in ("webhook", "email", "command") or not target:
-                raise UsageError(
-                    f"--notify expects webhook=URL, email=ADDRESS or command=CMD, not {item!r}"
-                )
-            alerts["notify"].append({kind: target})
-    if args.on_alert:
-        alerts["on_alert"] = args.on_alert
-    if alerts:
-        out["alerts"] = alerts
-    if args.mlflow:
-        out["tracking"] = {"mlflow": args.mlflow}
-    if args.est_runtime:
-        out["est_runtime"] = args.est_runtime
-    if args.simulate_preempt_every:
-        out["simulate"] = {"preempt_every": args.simulate_preempt_every}
-    if command:
-        out["command"] = command
-    return out
 
 
 def run(args: argparse.Namespace) -> int:

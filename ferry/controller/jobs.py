@@ -130,6 +130,19 @@ def submit(
     from ferry.controller.budget import check_submission
 
     check_submission(store)
+    missing = [name for name in spec.secrets if name not in environ]
+    if missing:
+        raise UsageError(
+            f"secret {missing[0]} is not set in this environment",
+            f"export {missing[0]}=... before submitting, or remove it from secrets",
+        )
+    # a cloud's setup (credentials, bucket, quota ...), before the stores are asked: its
+    # words for a missing bucket name the cloud's own tools
+    checks = backend.preflight(spec)
+    if checks:
+        from ferry.backends.preflight import refuse_failed
+
+        refuse_failed(checks)
     outputs = spec.outputs or f"{config.default_outputs_root()}/{{job_id}}"
     if spec.inputs or "://" in outputs:
         from ferry.storage.staging import check_locations
@@ -147,17 +160,6 @@ def submit(
         claimed = [j.id for j in active if j.outputs in (place, spec.outputs)]
         # a fixed place: it may hold another job's results, or be about to
         refuse_occupied(spec.outputs, claimed[0] if claimed else None)
-    missing = [name for name in spec.secrets if name not in environ]
-    if missing:
-        raise UsageError(
-            f"secret {missing[0]} is not set in this environment",
-            f"export {missing[0]}=... before submitting, or remove it from secrets",
-        )
-    checks = backend.preflight(spec)  # (a cloud's setup: credentials, bucket, quota ...)
-    if checks:
-        from ferry.backends.preflight import refuse_failed
-
-        refuse_failed(checks)
     name = spec.job_name()
     spec = spec.with_defaults(name=name, backend=backend_name).with_absolute_paths(Path.cwd())
     reconcile(store, start=start, admit=False)  # (admission follows, this job queued)
