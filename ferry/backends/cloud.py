@@ -545,6 +545,7 @@ def write_order(
         hosts=["127.0.0.1"] if nodes == 1 else ["?"] * nodes,
         machine=machine,
         echo=True,  # (the provider's log shows the job's output too)
+        job_env=sorted(plan.env),
     ).write(folder)
     secrets = {k: request.env[k] for k in plan.secrets if k in request.env}
     if secrets:

@@ -65,6 +65,7 @@ class LocalRun(RunningAttempt):
             procs_per_node=request.procs_per_node,
             gpus=list(request.job.allocation.gpus),
             durable=False,  # the store is the truth here; state.json needs no sync
+            job_env=sorted(request.job.plan.env),
         )
         try:  # (the order is handed over in memory: no order.json to write)
             self._runner = _Runner.send(self.folder, order)

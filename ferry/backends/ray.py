@@ -141,6 +141,7 @@ class RayRun(RunningAttempt):
             # ferry.runner.ray_gang once the gang is placed
             hosts=["127.0.0.1"] if nodes == 1 else ["?"] * nodes,
             machine=machine,
+            job_env=sorted(job.plan.env),
         )
         order.write(folder)
         jobs = ray_jobs.RayJobs(where.dashboard)

@@ -43,6 +43,9 @@ class RunOrder:
     # the job as another machine needs it (runner/machine.py); None: the controller's own
     # machine, which did it already
     machine: dict[str, Any] | None = None
+    # the variables the job's spec sets (its env:), which the runner's own defaults for a
+    # gang (OMP_NUM_THREADS) never replace, whatever the machine's environment has
+    job_env: list[str] = field(default_factory=list)
 
     @property
     def world_size(self) -> int:

@@ -165,9 +165,12 @@ def rank_envs(order: RunOrder) -> list[tuple[int, dict[str, str]]]:
         (gang.rank(local), {**order.env, **gang.env(local)})
         for local in range(order.procs_per_node)
     ]
-    if order.procs_per_node > 1:  # as torchrun: processes sharing a node, one thread each
-        for _, env in envs:  # (unless the job says how many)
-            env.setdefault("OMP_NUM_THREADS", "1")
+    if order.procs_per_node > 1 and "OMP_NUM_THREADS" not in order.job_env:
+        # as torchrun: processes sharing a node, one thread each, unless the job's spec says
+        # how many. A value the machine's environment holds is replaced: Ray sets its CPU
+        # share there, and a rank must see the same on every backend
+        for _, env in envs:
+            env["OMP_NUM_THREADS"] = "1"
     return envs
 
 

@@ -43,13 +43,17 @@ def test_processes_sharing_a_node_get_one_thread_each_unless_the_job_says() -> N
     from ferry.runner.order import RunOrder
     from ferry.runner.run import rank_envs
 
-    def threads(procs: int, env: dict[str, str]) -> list[str | None]:
-        order = RunOrder(1, ["python", "t.py"], ".", env, 5.0, procs_per_node=procs)
+    def threads(procs: int, env: dict[str, str], spec: tuple[str, ...] = ()) -> list[str | None]:
+        order = RunOrder(
+            1, ["python", "t.py"], ".", env, 5.0, procs_per_node=procs, job_env=[*spec]
+        )
         return [rank_env.get("OMP_NUM_THREADS") for _, rank_env in rank_envs(order)]
 
     assert threads(2, {}) == ["1", "1"]  # as torchrun
-    assert threads(2, {"OMP_NUM_THREADS": "4"}) == ["4", "4"]
-    assert threads(1, {}) == [None]  # one process: as the job gives it
+    assert threads(2, {"OMP_NUM_THREADS": "4"}, ("OMP_NUM_THREADS",)) == ["4", "4"]  # the spec's
+    assert threads(2, {"OMP_NUM_THREADS": "2"}) == ["1", "1"]  # the machine's (Ray's share)
+    assert threads(1, {"OMP_NUM_THREADS": "2"}) == ["2"]  # one process: as the job gives it
+    assert threads(1, {}) == [None]
 
 
 @pytest.mark.parametrize(
