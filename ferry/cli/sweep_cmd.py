@@ -337,13 +337,33 @@ def _status(args: argparse.Namespace, sweep_id: str) -> int:
         f"spent {cost}{notes}"
     )
     names = [p.name for p in sweep.search.params]
-    wide = max([len(r["job"] or "-") for r in rows] + [3])  # (the job ids' column)
-    print(f"{'TRIAL':>5}  {'STATE':<9} {'OBJECTIVE':>12}  {'JOB':<{wide}}  " + "  ".join(names))
-    for r in rows:
-        value = "-" if r["objective"] is None else f"{r['objective']:.6g}"
-        params = "  ".join(_cell(r["params"].get(n, "-")) for n in names)
-        print(f"{r['trial']:>5}  {r['state']:<9} {value:>12}  {r['job'] or '-':<{wide}}  {params}")
+    cells = [
+        [
+            str(r["trial"]),
+            r["state"],
+            "-" if r["objective"] is None else f"{r['objective']:.6g}",
+            r["job"] or "-",
+            *(_cell(r["params"][n]) if n in r["params"] else "" for n in names),
+        ]
+        for r in rows
+    ]  # (blank: a parameter the trial did not draw)
+    for line in _columns(["TRIAL", "STATE", "OBJECTIVE", "JOB", *names], cells, right={0, 2}):
+        print(line)
     return 0
+
+
+def _columns(header: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
+    """``header`` and ``rows`` as lines of columns two spaces apart, each as wide as its
+    widest cell, so that every value stands under its header (the columns numbered in
+    ``right`` aligned to the right, as numbers are)."""
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
+    return [
+        "  ".join(
+            cell.rjust(width) if i in right else cell.ljust(width)
+            for i, (cell, width) in enumerate(zip(line, widths, strict=True))
+        ).rstrip()
+        for line in [header, *rows]
+    ]
 
 
 def _plot(args: argparse.Namespace, sweep_id: str) -> int:
