@@ -307,6 +307,11 @@ def test_a_conditional_sweep_draws_and_passes_only_what_each_trial_drew(
     assert status["params"] == written
     for row in status_rows(ferry("sweep", "status", sweep_id).stdout):
         assert {n for n in ISSUE if row[n]} == when(row), row
+    # the chart: a trial that did not draw a parameter crosses its axis at "not drawn"
+    chart = tmp_path / f"{sampler}.png"
+    drawn = ferry("sweep", "plot", sweep_id, "-o", str(chart))
+    assert drawn.returncode == 0, drawn.stderr
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and chart.stat().st_size > 10_000
 
 
 @pytest.mark.slow
