@@ -365,7 +365,8 @@ class SweepSection(_Model):
     """A hyperparameter search of the job, run with ``ferry sweep SPEC`` (whose flags win);
     ``ferry run`` runs the job once, with its own hyperparameters."""
 
-    # name -> "loguniform:1e-4:1e-1", "int:2:6", "choice:32,64,128" (or a list of choices)
+    # name -> "loguniform:1e-4:1e-1", "int:2:6", "choice:32,64,128" (or a list of choices),
+    # each perhaps drawn on a condition: "loguniform:1e-10:1e10 if classifier=SVC"
     params: dict[str, str] = {}
     objective: str | None = None  # "val_loss:min"
     trials: int | None = Field(default=None, ge=1, le=1_000_000)  # (a grid: all its points)
@@ -378,7 +379,7 @@ class SweepSection(_Model):
     @classmethod
     def _params(cls, value: object) -> object:
         from ferry.errors import UsageError
-        from ferry.sweeps.params import parse_param
+        from ferry.sweeps.params import parse_params
 
         if not isinstance(value, dict):
             return value  # (pydantic says what it expects)
@@ -390,11 +391,12 @@ class SweepSection(_Model):
                     f"{name}: {given!r} is not KIND:ARGS (e.g. loguniform:1e-4:1e-1, "
                     "int:2:6, choice:32,64,128)"
                 )
-            try:
-                parse_param(f"{name}={text}")
-            except UsageError as exc:
-                raise ValueError(exc.message.removeprefix("--param ")) from None
             out[str(name)] = text
+        try:  # (each, and their conditions: one names a choice of the section)
+            if out:
+                parse_params([f"{name}={text}" for name, text in out.items()])
+        except UsageError as exc:
+            raise ValueError(str(exc).removeprefix("--param ")) from None
         return out
 
     @field_validator("objective")

@@ -719,3 +719,22 @@ def test_a_sweep_section_is_read_and_checked() -> None:
     ):
         said = spec_error({"command": "x", "sweep": sweep})
         assert says in said, said
+
+
+def test_a_sweep_sections_conditions_are_read_and_checked_against_its_params() -> None:
+    params = {
+        "classifier": ["SVC", "RandomForest"],
+        "svc_c": "loguniform:1e-10:1e10 if classifier=SVC",
+        "rf_max_depth": "int:2:32 if classifier=RandomForest",
+    }
+    spec = spec_from_dict({"command": "x", "sweep": {"params": params}})
+    assert spec.sweep is not None
+    assert spec.sweep.params["svc_c"] == "loguniform:1e-10:1e10 if classifier=SVC"
+    for changed, says in (
+        ({"svc_c": "loguniform:1e-10:1e10 if clf=SVC"}, "the sweep has no parameter clf"),
+        ({"svc_c": "uniform:0:1 if classifier=SVM"}, "SVM is not one of classifier's choices"),
+        ({"svc_c": "uniform:0:1 if classifier"}, "its condition 'classifier' is not PARAM="),
+        ({"classifier": "int:1:2"}, "classifier=int:1:2 is not a choice"),
+    ):
+        said = spec_error({"command": "x", "sweep": {"params": {**params, **changed}}})
+        assert "sweep.params" in said and says in said, said

@@ -15,6 +15,9 @@ from ferry.cli._common import add_command, whole_number
 EXAMPLE = """\
   ferry sweep job.yaml --param lr=loguniform:1e-4:1e-1 --param batch=choice:32,64,128 \\
       --param layers=int:2:6 --trials 40 --parallel 4 --objective val_loss:min
+  ferry sweep job.yaml --param classifier=choice:SVC,RandomForest \
+      --param 'svc_c=loguniform:1e-10:1e10 if classifier=SVC' \
+      --param 'rf_max_depth=int:2:32 if classifier=RandomForest' --objective accuracy:max
   ferry sweep job.yaml --backend ray        # the spec's sweep: section, trials on Ray
   ferry sweep ls
   ferry sweep status digits-sw3f2a
@@ -38,18 +41,28 @@ def register(subparsers: Any) -> None:
         "the pruner finds hopeless gets the stop notice and ends PRUNED. The study is "
         "kept in Ferry's home, so a sweep whose driver was stopped goes on with "
         "ferry sweep resume. Parameters: NAME=loguniform:LOW:HIGH, uniform:LOW:HIGH[:STEP], "
-        "int:LOW:HIGH[:STEP], logint:LOW:HIGH, choice:A,B,C. The spec's sweep: section "
+        "int:LOW:HIGH[:STEP], logint:LOW:HIGH, choice:A,B,C; one that ends 'if PARAM=VALUE' "
+        "(or PARAM=VALUE,VALUE) is drawn, and passed to the job, only in the trials where "
+        "the choice PARAM took one of those values. The spec's sweep: section "
         "(params, objective, trials, parallel, sampler, pruner, seed) gives the same, and "
         "flags win. The spec's limits.max_cost caps all its trials together.",
         example=EXAMPLE,
     )
     p.add_argument(
         "target",
-        nargs="+",
+        nargs="*",  # (one at least: a spec after a --param is among its words, see _words)
         metavar="SPEC | ls | status SWEEP | best SWEEP | resume SWEEP | plot SWEEP",
         help="a job spec to sweep, or what to do with sweeps",
     )
-    p.add_argument("--param", action="append", default=[], metavar="NAME=KIND:ARGS")
+    p.add_argument(
+        "--param",
+        action="append",
+        nargs="+",  # (a condition unquoted: --param NAME=KIND:ARGS if PARAM=VALUE)
+        default=[],
+        metavar=("NAME=KIND:ARGS", "if PARAM=VALUE"),
+        help="a hyperparameter; with 'if PARAM=VALUE[,VALUE…]', drawn only in the trials "
+        "where the choice PARAM took one of the values",
+    )
     p.add_argument(
         "--trials", type=whole_number, help="trials in all (20; a grid: every point once)"
     )
@@ -79,6 +92,12 @@ def sweep(args: argparse.Namespace) -> int:
     from ferry.sweeps.study import require_optuna
 
     require_optuna()
+    args.param, args.target = _words(args.param, args.target)
+    if not args.target:
+        raise UsageError(
+            "ferry sweep needs a spec to sweep, or one of ls, status, best, resume, plot",
+            "e.g. ferry sweep job.yaml --param lr=loguniform:1e-4:1e-1 --objective loss:min",
+        )
     action, *rest = args.target
     if action == "ls":
         return _ls(args)
@@ -96,6 +115,20 @@ def sweep(args: argparse.Namespace) -> int:
             "e.g. ferry sweep job.yaml --param lr=loguniform:1e-4:1e-1 --objective loss:min",
         )
     return _new(args, action)
+
+
+def _words(params: list[list[str]], targets: list[str]) -> tuple[list[str], list[str]]:
+    """Each ``--param`` as one text (``NAME=KIND:ARGS``, and ``if PARAM=VALUE`` when its
+    condition came as words of their own), and the targets: a word after a ``--param``
+    that is not its condition is one (``ferry sweep --param … job.yaml``)."""
+    texts, more = [], []
+    for words in params:
+        text, rest = words[0], words[1:]
+        if len(rest) >= 2 and rest[0] == "if":
+            text, rest = f"{text} if {rest[1]}", rest[2:]
+        texts.append(text)
+        more.extend(rest)
+    return texts, [*targets, *more]
 
 
 def _new(args: argparse.Namespace, path: str) -> int:
@@ -337,13 +370,33 @@ def _status(args: argparse.Namespace, sweep_id: str) -> int:
         f"spent {cost}{notes}"
     )
     names = [p.name for p in sweep.search.params]
-    wide = max([len(r["job"] or "-") for r in rows] + [3])  # (the job ids' column)
-    print(f"{'TRIAL':>5}  {'STATE':<9} {'OBJECTIVE':>12}  {'JOB':<{wide}}  " + "  ".join(names))
-    for r in rows:
-        value = "-" if r["objective"] is None else f"{r['objective']:.6g}"
-        params = "  ".join(_cell(r["params"].get(n, "-")) for n in names)
-        print(f"{r['trial']:>5}  {r['state']:<9} {value:>12}  {r['job'] or '-':<{wide}}  {params}")
+    cells = [
+        [
+            str(r["trial"]),
+            r["state"],
+            "-" if r["objective"] is None else f"{r['objective']:.6g}",
+            r["job"] or "-",
+            *(_cell(r["params"][n]) if n in r["params"] else "" for n in names),
+        ]
+        for r in rows
+    ]  # (blank: a parameter the trial did not draw)
+    for line in _columns(["TRIAL", "STATE", "OBJECTIVE", "JOB", *names], cells, right={0, 2}):
+        print(line)
     return 0
+
+
+def _columns(header: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
+    """``header`` and ``rows`` as lines of columns two spaces apart, each as wide as its
+    widest cell, so that every value stands under its header (the columns numbered in
+    ``right`` aligned to the right, as numbers are)."""
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
+    return [
+        "  ".join(
+            cell.rjust(width) if i in right else cell.ljust(width)
+            for i, (cell, width) in enumerate(zip(line, widths, strict=True))
+        ).rstrip()
+        for line in [header, *rows]
+    ]
 
 
 def _plot(args: argparse.Namespace, sweep_id: str) -> int:
@@ -367,7 +420,7 @@ def _cell(value: Any) -> str:
 def _best(args: argparse.Namespace, sweep_id: str, ended: str = "") -> int:
     from ferry import config
     from ferry.errors import FerryError
-    from ferry.spec import merge, spec_from_dict
+    from ferry.spec import spec_from_dict
     from ferry.sweeps.driver import JOB, load
 
     sweep, study = load(sweep_id, config.ferry_home())
@@ -379,9 +432,9 @@ def _best(args: argparse.Namespace, sweep_id: str, ended: str = "") -> int:
             f"see its trials: ferry sweep status {sweep_id}",
         )
     best = study.best_trial
-    hyper = {**(sweep.spec.get("hyperparameters") or {}), **best.params}
+    hyper = sweep.search.hyperparameters(sweep.spec, best.params)
     # the spec that reproduces it: what differs from the defaults, without the trial's name
-    spec = spec_from_dict(merge(sweep.spec, {"hyperparameters": hyper})).model_dump(
+    spec = spec_from_dict({**sweep.spec, "hyperparameters": hyper}).model_dump(
         mode="json", exclude_defaults=True
     )
     spec.pop("name", None)

@@ -39,14 +39,17 @@ def history(sweep: Sweep, study: Any) -> dict[str, list[tuple[int, float]]]:
 def importances(study: Any) -> dict[str, float]:
     """How much each parameter that varied mattered to the objective (shares summing to
     1), or {} where there is too little to say (fewer than three finished trials, fewer
-    than two parameters that varied)."""
+    than two parameters that varied). A parameter drawn on a condition is judged by the
+    trials that drew it: PED-ANOVA (Optuna 5) splits the trials by whether a parameter
+    was drawn, and the trials without it say nothing of its values."""
     import warnings
 
     import optuna
 
     finished = [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"]
     names = {name for t in finished for name in t.params}
-    varied = {n for n in names if len({repr(t.params.get(n)) for t in finished}) > 1}
+    # (over the trials that drew it: a parameter drawn on a condition is absent elsewhere)
+    varied = {n for n in names if len({repr(t.params[n]) for t in finished if n in t.params}) > 1}
     if len(finished) < 3 or len(varied) < 2:
         return {}
     try:
@@ -122,27 +125,35 @@ def draw(sweep: Sweep, study: Any, path: str) -> None:
     figure.savefig(path, dpi=110)
 
 
+OFF = -0.3  # where a trial that did not draw a parameter (its condition false) crosses its axis
+
+
 def _parallel(axes: Any, sweep: Sweep, study: Any) -> None:
-    """Parallel coordinates of the finished trials on ``axes``."""
+    """Parallel coordinates of the finished trials on ``axes``. A parameter drawn on a
+    condition has a place of its own below its axis, ``not drawn``, for the trials whose
+    condition was false."""
     from matplotlib import colormaps
 
     params = [p for p in sweep.search.params if not (p.kind == "choice" and len(p.choices) < 2)]
     finished = [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"]
     axes.set_title("parallel coordinates (finished trials)", loc="left", fontsize=10)
     count = len(params) + 1
+    conditional = any(p.condition is not None for p in params)
     axes.set_xlim(-0.3, count - 0.7)
-    axes.set_ylim(-0.14, 1.14)
+    axes.set_ylim(OFF - 0.12 if conditional else -0.14, 1.14)
     axes.set_yticks([])
     for side in ("top", "right", "bottom", "left"):
         axes.spines[side].set_visible(False)
     labels = [p.name for p in params] + [sweep.search.objective.metric]
     axes.set_xticks(range(count), labels, fontsize=8)
-    for x in range(count):
-        axes.axvline(x, color="0.3", linewidth=0.8)
+    axes.vlines(range(count), 0, 1, color="0.3", linewidth=0.8)
     for x, param in enumerate(params):
         bottom, top = _ends(param)
         axes.text(x, -0.03, bottom, ha="center", va="top", fontsize=7)
         axes.text(x, 1.03, top, ha="center", va="bottom", fontsize=7)
+        if param.condition is not None:
+            axes.plot([x], [OFF], "o", color="0.3", markersize=3)
+            axes.text(x, OFF - 0.04, "not drawn", ha="center", va="top", fontsize=7)
     values = [float(t.value) for t in finished if t.value is not None]
     if not values:
         return
@@ -157,7 +168,7 @@ def _parallel(axes: Any, sweep: Sweep, study: Any) -> None:
     shades = colormaps["viridis"]
     for rank, trial in enumerate(worse_first):
         share = rank / max(len(worse_first) - 1, 1)  # 0: the worst, 1: the best
-        ys = [_position(p, trial.params.get(p.name)) for p in params]
+        ys = [_position(p, trial.params[p.name]) if p.name in trial.params else OFF for p in params]
         ys.append(0.5 if high == low else (float(trial.value) - low) / (high - low))
         best = rank == len(worse_first) - 1
         axes.plot(

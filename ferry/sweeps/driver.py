@@ -394,17 +394,15 @@ class Driver:
         try:
             values = self.sweep.search.values(trial)
             base = self.sweep.spec
-            name = f"{self.sweep.id}-{trial.number}"
-            hyper = {**(base.get("hyperparameters") or {}), **values}
+            hyper = self.sweep.search.hyperparameters(base, values)
             override: dict[str, Any] = {
-                "name": name,
-                "hyperparameters": hyper,
+                "name": f"{self.sweep.id}-{trial.number}",
                 # (the objective: watched for NaN by the job's alerts even when only printed)
                 "sweep": {"objective": self.sweep.search.objective.describe()},
             }
             if left is not None:
                 override["limits"] = {"max_cost": round(left, 6)}
-            spec = spec_from_dict(merge(base, override))
+            spec = spec_from_dict(merge({**base, "hyperparameters": hyper}, override))
             job = submit(spec, start=self.start, store=self.store)
         except Exception as exc:  # (the trial is told, not left running for ever)
             self.study.tell(trial, state=_state("FAIL"), skip_if_finished=True)

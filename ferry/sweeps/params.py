@@ -10,6 +10,12 @@
                                or words)
 =============================  ==============================================
 
+A parameter may be drawn only when another, a ``choice``, took one of some values:
+``svc_c=loguniform:1e-10:1e10 if classifier=SVC`` (or ``if classifier=SVC,LinearSVC``).
+In a trial where the condition does not hold, the parameter is not drawn at all, so it is
+neither in the trial's values nor passed to its job (Optuna's define-by-run: the study
+stores only what was drawn). A condition may name a parameter that has one itself.
+
 A trial's values reach its script as the job's hyperparameters, through the contract
 (``--name=value``, ``SM_HP_NAME``, ``hyperparameters.json``), whatever the backend.
 
@@ -19,9 +25,10 @@ parsing: ``ferry sweep --help`` and a spec's check stay light.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ferry.errors import UsageError
@@ -30,9 +37,28 @@ KINDS = ("uniform", "loguniform", "int", "logint", "choice")
 GRID_MAX = 10_000  # points a grid may have: more is a search, not a grid
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 _EXAMPLE = "e.g. --param lr=loguniform:1e-4:1e-1 or --param batch=choice:32,64,128"
+_IF = re.compile(r"\s+if(?:\s+|$)")  # what separates a parameter from its condition
+_IF_EXAMPLE = "e.g. svc_c=loguniform:1e-10:1e10 if classifier=SVC"
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
+class Condition:
+    """When a parameter is drawn: only in trials where the choice ``parent`` took one of
+    ``values``."""
+
+    parent: str
+    values: tuple[Any, ...]
+
+    def holds(self, drawn: Mapping[str, Any]) -> bool:
+        """Whether the condition holds for a trial's values drawn so far (never when the
+        parent was not drawn: a condition's parent may have one of its own)."""
+        return self.parent in drawn and any(_same(drawn[self.parent], v) for v in self.values)
+
+    def describe(self) -> str:
+        return f"{self.parent}={','.join(_shown(v) for v in self.values)}"
+
+
+@dataclasses.dataclass(frozen=True)
 class Param:
     """One hyperparameter of the search space."""
 
@@ -42,6 +68,7 @@ class Param:
     high: float = 0.0
     step: float | None = None  # uniform and int: the values' spacing
     choices: tuple[Any, ...] = ()
+    condition: Condition | None = None  # drawn only when it holds (None: in every trial)
 
     @property
     def integer(self) -> bool:
@@ -87,11 +114,18 @@ class Param:
     def describe(self) -> str:
         """The parameter as ``--param`` writes it."""
         if self.kind == "choice":
-            return f"{self.name}=choice:{','.join(_shown(c) for c in self.choices)}"
-        parts = [_shown(self.low), _shown(self.high)]
-        if self.step is not None:
-            parts.append(_shown(self.step))
-        return f"{self.name}={self.kind}:{':'.join(parts)}"
+            text = f"{self.name}=choice:{','.join(_shown(c) for c in self.choices)}"
+        else:
+            parts = [_shown(self.low), _shown(self.high)]
+            if self.step is not None:
+                parts.append(_shown(self.step))
+            text = f"{self.name}={self.kind}:{':'.join(parts)}"
+        return text if self.condition is None else f"{text} if {self.condition.describe()}"
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two choices are the same value (``true`` is not ``1``, as Python has it)."""
+    return bool(a == b) and isinstance(a, bool) == isinstance(b, bool)
 
 
 def _shown(value: Any) -> str:
@@ -103,8 +137,39 @@ def _shown(value: Any) -> str:
 
 
 def parse_param(text: str) -> Param:
-    """``NAME=KIND:ARGS`` as a :class:`Param`. Raises UsageError naming what is wrong."""
-    name, eq, rest = text.partition("=")
+    """``NAME=KIND:ARGS``, or ``NAME=KIND:ARGS if PARAM=VALUE[,VALUE…]``, as a
+    :class:`Param`. Raises UsageError naming what is wrong (a condition is checked against
+    the other parameters by :func:`parse_params`)."""
+    head, *tail = _IF.split(text.strip(), maxsplit=1)
+    param = _param(text, head)
+    if not tail:
+        return param
+    return dataclasses.replace(param, condition=_condition(text, param.name, tail[0]))
+
+
+def _condition(text: str, name: str, given: str) -> Condition:
+    parent, eq, words = given.strip().partition("=")
+    parent = parent.strip()
+    values = [w.strip() for w in words.split(",")]
+    if not eq or not _NAME.fullmatch(parent) or not words.strip() or any(not w for w in values):
+        raise UsageError(
+            f"--param {text!r}: its condition {given.strip() or '(nothing)'!r} is not "
+            "PARAM=VALUE or PARAM=VALUE,VALUE",
+            _IF_EXAMPLE,
+        )
+    if parent == name:
+        raise UsageError(
+            f"--param {text!r}: a parameter cannot be drawn on a condition of its own",
+            "name another parameter, a choice, after if",
+        )
+    if len(set(values)) != len(values):
+        raise UsageError(f"--param {text!r}: its condition gives a value twice", "give each once")
+    return Condition(parent, tuple(_value(w) for w in values))
+
+
+def _param(text: str, head: str) -> Param:
+    """The parameter ``head`` (``text`` without its condition), named in errors as ``text``."""
+    name, eq, rest = head.partition("=")
     name = name.strip()
     if not eq or not name:
         raise UsageError(f"--param {text!r} is not NAME=KIND:ARGS", _EXAMPLE)
@@ -203,7 +268,9 @@ def _value(word: str) -> Any:
 
 
 def parse_params(texts: list[str]) -> list[Param]:
-    """Every ``--param``, in order. Raises UsageError for a bad one, or a name given twice."""
+    """Every ``--param``, each after the one its condition names (else in the order
+    given). Raises UsageError for a bad one, a name given twice, or a condition that names
+    no choice of the sweep or a value that is not among its choices."""
     params = [parse_param(t) for t in texts]
     seen: set[str] = set()
     for param in params:
@@ -212,4 +279,75 @@ def parse_params(texts: list[str]) -> list[Param]:
         seen.add(param.name)
     if not params:
         raise UsageError("a sweep needs at least one --param", _EXAMPLE)
-    return params
+    by_name = {p.name: p for p in params}
+    for param in params:
+        if param.condition is not None:
+            _check_condition(param, param.condition, by_name)
+    return _parents_first(params)
+
+
+def _check_condition(param: Param, condition: Condition, by_name: dict[str, Param]) -> None:
+    parent = by_name.get(condition.parent)
+    given = f"--param {param.name} is drawn only if {condition.describe()}"
+    if parent is None:
+        shown = ",".join(_shown(v) for v in condition.values)
+        raise UsageError(
+            f"{given}, but the sweep has no parameter {condition.parent}",
+            f"add it as a choice, e.g. {condition.parent}=choice:{shown}, or fix the name",
+        )
+    if parent.kind != "choice":
+        raise UsageError(
+            f"{given}, but {parent.describe()} is not a choice",
+            f"a condition names a choice: give {parent.name} as choice:…",
+        )
+    for value in condition.values:
+        if not any(_same(value, c) for c in parent.choices):
+            choices = ", ".join(_shown(c) for c in parent.choices)
+            raise UsageError(
+                f"{given}, but {_shown(value)} is not one of {parent.name}'s choices",
+                f"name one of {choices}",
+            )
+
+
+def _parents_first(params: list[Param]) -> list[Param]:
+    """``params`` with each after the one its condition names, else in the order given
+    (a trial draws them in this order). Raises UsageError for conditions in a circle."""
+    placed: list[Param] = []
+    names: set[str] = set()
+    left = list(params)
+    while left:
+        ready = [p for p in left if p.condition is None or p.condition.parent in names]
+        if not ready:
+            circle = ", ".join(p.describe() for p in left)
+            raise UsageError(
+                f"the conditions of --param {circle} go round in a circle, so none is ever drawn",
+                "drop the condition of one of them",
+            )
+        placed.extend(ready)
+        names.update(p.name for p in ready)
+        left = [p for p in left if p not in ready]
+    return placed
+
+
+def grid_points(params: Sequence[Param]) -> list[dict[str, Any]]:
+    """Every combination of the parameters' values that a trial can have, each parameter
+    whose condition does not hold left out (so no two points differ only in a parameter
+    that is not drawn). Raises UsageError as :meth:`Param.grid` does, or for more than
+    ``GRID_MAX`` points."""
+    points: list[dict[str, Any]] = [{}]
+    for param in params:  # (parents first: a condition is judged on the values so far)
+        values = param.grid()
+        grown: list[dict[str, Any]] = []
+        for point in points:
+            if param.condition is None or param.condition.holds(point):
+                grown.extend({**point, param.name: v} for v in values)
+            else:
+                grown.append(point)
+        if len(grown) > GRID_MAX:
+            raise UsageError(
+                f"the --param values make a grid of more than {GRID_MAX} points, more "
+                "than a grid takes",
+                "give fewer values, or use another --sampler",
+            )
+        points = grown
+    return points

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ferry.errors import UsageError
-from ferry.sweeps.params import Param
+from ferry.sweeps.params import Param, grid_points
 
 SAMPLERS = ("tpe", "random", "grid", "cmaes", "qmc")
 PRUNERS = ("median", "hyperband", "none")
@@ -97,16 +97,24 @@ class Search:
                 f"give a whole number from 0 to {SEEDS - 1}",
             )
         if self.sampler == "grid":
-            self.space()  # (a range a grid cannot cover is refused now)
+            self.grid_size()  # (a range a grid cannot cover is refused now)
+
+    @property
+    def conditional(self) -> bool:
+        """Whether a parameter is drawn only on a condition."""
+        return any(p.condition is not None for p in self.params)
 
     def space(self) -> dict[str, list[Any]]:
         """The grid: every value of each parameter. Raises UsageError (see Param.grid)."""
         return {p.name: p.grid() for p in self.params}
 
     def grid_size(self) -> int | None:
-        """How many trials the grid has (None: not a grid search)."""
+        """How many trials the grid has (None: not a grid search): with conditions, the
+        combinations a trial can have (see grid_points)."""
         if self.sampler != "grid":
             return None
+        if self.conditional:
+            return len(grid_points(self.params))
         size = 1
         for values in self.space().values():
             size *= len(values)
@@ -117,7 +125,7 @@ class Search:
 
         samplers = optuna.samplers
         if self.sampler == "grid":
-            return _grid(self.space(), self.seed)
+            return _grid(self)
         if self.sampler == "random":
             return samplers.RandomSampler(seed=self.seed)
         if self.sampler == "cmaes":  # (choices are drawn at random beside it)
@@ -140,21 +148,53 @@ class Search:
         return optuna.pruners.NopPruner()
 
     def values(self, trial: Any) -> dict[str, Any]:
-        """The hyperparameters of the Optuna trial ``trial``, drawn now."""
-        return {p.name: p.suggest(trial) for p in self.params}
+        """The hyperparameters of the Optuna trial ``trial``, drawn now: each parameter
+        whose condition holds, parents first; the others are never suggested, so the
+        trial has no value for them (Optuna's define-by-run)."""
+        drawn: dict[str, Any] = {}
+        for param in self.params:
+            if param.condition is None or param.condition.holds(drawn):
+                drawn[param.name] = param.suggest(trial)
+        return drawn
+
+    def hyperparameters(self, spec: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+        """The hyperparameters of a trial with ``values``, for the spec (JSON) ``spec``:
+        its own, less the parameters of the search that the trial did not draw (their
+        condition did not hold: they are not passed at all), plus the trial's values."""
+        names = {p.name for p in self.params}
+        given = spec.get("hyperparameters") or {}
+        return {**{k: v for k, v in given.items() if k not in names}, **values}
 
 
-def _grid(space: dict[str, list[Any]], seed: int | None) -> Any:
+POINT = "ferry:point"  # the grid sampler's one axis on a conditional grid: a point's index
+
+
+def _grid(search: Search) -> Any:
     """Optuna's grid sampler, but for its stop of an optimize loop once the grid is done:
     a sweep asks and tells (there is no loop to stop, and Optuna raises), and ends at the
-    grid's size itself."""
+    grid's size itself.
+
+    With conditions, Optuna's grid (every combination of every parameter's values) would
+    run each point again for every value of a parameter that its trial does not draw.
+    The grid is then one axis, the index of a point among the combinations a trial can
+    have (``grid_points``): Optuna picks the point, as it picks one of a grid, and each
+    parameter the trial draws takes that point's value."""
     import optuna
+
+    points = grid_points(search.params) if search.conditional else []
+    indices = list(range(len(points)))
 
     class Grid(optuna.samplers.GridSampler):
         def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
             return None
 
-    return Grid(space, seed=seed)
+        def sample_independent(self, study: Any, trial: Any, name: str, drawn: Any) -> Any:
+            if not points:
+                return super().sample_independent(study, trial, name, drawn)
+            axis = optuna.distributions.CategoricalDistribution(indices)
+            return points[super().sample_independent(study, trial, POINT, axis)][name]
+
+    return Grid({POINT: indices} if points else search.space(), seed=search.seed)
 
 
 def storage_url(home: Path) -> str:

@@ -27,6 +27,11 @@ def test_each_kind_of_param_reads_back_as_written() -> None:
         "batch=choice:32,64,128",
         "opt=choice:adam,sgd",
         "bn=choice:true,false",
+        "svc_c=loguniform:1e-10:10000000000 if classifier=SVC",  # (only for SVC)
+        "svc_c=loguniform:0.001:1000 if classifier=SVC,LinearSVC",
+        "kernel=choice:rbf,linear if classifier=SVC",
+        "units=int:32:256:32 if layers=2,3",
+        "bn=choice:true,false if layers=true",
     ):
         assert parse_param(text).describe() == text
     batch = parse_param("batch=choice:32,64.5,adam,true")

@@ -23,6 +23,7 @@ from tests.conftest import (
     job_status,
     wait_for,
 )
+from tests.sweeps.conftest import status_rows
 
 pytestmark = [pytest.mark.slow]
 
@@ -106,6 +107,24 @@ def test_a_quadratic_converges_under_tpe_and_the_best_spec_reproduces_it(
     assert again["spec"]["hyperparameters"] == {"x": best["params"]["x"]}
     assert again["spec"]["command"] == ["python", "trial.py"] and "name" not in again["spec"]
     assert "sweep" not in again["spec"]
+
+
+def test_sweep_status_stands_each_value_under_its_header(sweep_project: Path) -> None:
+    done = _sweep(
+        sweep_project,
+        "--param", "x=choice:0.001,1234567.5",  # (values wider and narrower than
+        "--param", "steps=choice:2",  # their headers)
+        "--param", "pause=choice:0.01",
+        "--sampler", "grid",
+        "--objective", "loss:min",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    sweep_id = _only_sweep()
+    rows = status_rows(ferry("sweep", "status", sweep_id).stdout)
+    assert [r["x"] for r in rows] == ["0.001", "1.23457e+06"]
+    assert [(r["steps"], r["pause"]) for r in rows] == [("2", "0.01")] * 2
+    assert rows[1]["OBJECTIVE"] == "1.52415e+12" and rows[0]["STATE"] == "COMPLETE"
+    assert all(r["JOB"].startswith(f"{sweep_id}-") for r in rows)
 
 
 def test_the_pruner_cuts_the_clearly_bad_trials_with_the_stop_notice(sweep_project: Path) -> None:
