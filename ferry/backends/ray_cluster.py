@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from ferry import config
+from ferry import config, held_secrets
 from ferry.errors import FerryError, Unsupported, UsageError
 from ferry.units import format_size
 
@@ -163,7 +163,12 @@ class LocalHead:
             # to this process (a supervisor that kills what it leaves would kill the head)
             with open(log, "ab") as out, not_subreaper():
                 done = subprocess.run(
-                    argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, timeout=_START_TIMEOUT
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=out,
+                    timeout=_START_TIMEOUT,
+                    env=held_secrets.environment(),  # (it outlives the job that started it)
                 )
             if done.returncode != 0:
                 raise FerryError(
@@ -200,7 +205,7 @@ class LocalHead:
                     stdin=subprocess.DEVNULL,
                     stdout=out,
                     stderr=out,
-                    env={**os.environ, "FERRY_HOME": str(config.ferry_home())},
+                    env={**held_secrets.environment(), "FERRY_HOME": str(config.ferry_home())},
                     timeout=60,
                 )
         return url

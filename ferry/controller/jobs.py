@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ferry import config, defaults
+from ferry import config, defaults, held_secrets
 from ferry.errors import FerryError, TransitionError, UsageError
 from ferry.procs import environ_of, hostname, is_runner, is_supervisor, start_time
 from ferry.status import ACTIVE, AttemptStatus, JobStatus, shell_code
@@ -151,6 +151,8 @@ def submit(
             f"secret {missing[0]} is not set in this environment",
             f"export {missing[0]}=... before submitting, or remove it from secrets",
         )
+    # a supervisor this process starts for another job (reconcile, schedule) drops these
+    held_secrets.declare(spec.secrets)
     checks = backend.preflight(spec)  # (a cloud's setup: credentials, bucket, quota ...)
     if checks:
         from ferry.backends.preflight import refuse_failed
