@@ -11,7 +11,9 @@ process's start and its end cost more than supervising a tiny job.
 Only a supervisor that a fork of the handing process would be like takes the job: the same
 Ferry installation, user, groups, priority, hard limits, control group and namespaces
 (:func:`ferry.launcher.identity`), umask and CPU affinity, all of which the job's processes
-inherit from their supervisor. The folder is private and the peer's user is checked.
+inherit from their supervisor, and environment, secrets aside (a supervisor takes a job's
+from the job, :mod:`ferry.held_secrets`). The folder is private and the peer's user is
+checked.
 
 The hand-over has two steps, so a job never has two supervisors: the supervisor answers
 ``ready`` to the job's id and takes the job only on the ``go`` that follows; a handing
@@ -312,13 +314,14 @@ _VOLATILE = frozenset({"PWD", "OLDPWD", "_", "SHLVL"})  # what a shell changes a
 def _identity() -> str:
     """:func:`ferry.launcher.identity`, with what a job and its supervisor's own work
     (staging, uploads: the providers' credential chains read the environment) take on from
-    the supervisor besides: the environment, the soft limits, the umask, the CPUs it may
-    run on and its standing with the out-of-memory killer."""
+    the supervisor besides: the environment (but the secrets), the soft limits, the umask,
+    the CPUs it may run on and its standing with the out-of-memory killer."""
     import resource
 
+    from ferry import held_secrets
     from ferry.launcher import _LIMITS, identity
 
-    env = sorted((k, v) for k, v in os.environ.items() if k not in _VOLATILE)
+    env = sorted((k, v) for k, v in held_secrets.environment().items() if k not in _VOLATILE)
     soft = [resource.getrlimit(getattr(resource, n))[0] for n in _LIMITS if hasattr(resource, n)]
     oom = ""
     with contextlib.suppress(OSError), open("/proc/self/oom_score_adj") as file:

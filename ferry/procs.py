@@ -1,4 +1,5 @@
-"""Small process facts read straight from /proc (Linux), with psutil as the fallback.
+"""Small process facts read straight from /proc (Linux), with psutil as the fallback, and
+secrets blanked in this process's own environment block (:func:`blank_environment`).
 
 These sit on the hot path of every job (start, end, liveness checks), where importing
 psutil would cost more than the work itself.
@@ -11,6 +12,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Collection
 from functools import cache
 
 
@@ -183,6 +185,34 @@ def environ_of(pid: int) -> list[bytes]:
             return file.read().split(b"\0")
     except OSError:
         return []
+
+
+def blank_environment(names: Collection[str]) -> None:
+    """Overwrite the entries for ``names`` in the environment block this process was
+    started with: ``/proc/PID/environ`` (and so ``ps e``) shows that block to this user's
+    other processes for as long as this one runs, and ``os.environ`` is only a copy of it,
+    whose changes never reach it. Call once ``names`` are out of ``os.environ``: the C
+    library then points at none of those entries. Linux only; elsewhere, or where the
+    kernel refuses, nothing changes."""
+    if not names:
+        return
+    try:
+        fields = stat_fields(os.getpid())
+        start, end = int(fields[47]), int(fields[48])  # env_start, env_end (proc(5))
+        fd = os.open("/proc/self/mem", os.O_RDWR | os.O_CLOEXEC)
+    except (OSError, ValueError, IndexError):
+        return
+    try:
+        prefixes = tuple(os.fsencode(f"{name}=") for name in names)
+        offset = start
+        for entry in os.pread(fd, end - start, start).split(b"\0"):
+            if entry.startswith(prefixes):
+                os.pwrite(fd, bytes(len(entry)), offset)
+            offset += len(entry) + 1
+    except OSError:
+        return
+    finally:
+        os.close(fd)
 
 
 def max_fd() -> int:

@@ -14,8 +14,12 @@ ferry.supervisor JOB`` (Jupyter kernels and other threaded hosts, where forking 
 supervisor imports what it needs while the command imports pydantic and submits, then is
 handed the job, or ends with the command if there is none for it.
 
+A supervisor holds the secrets of the job it follows, and forgets them when the job ends,
+before it goes on (:func:`follow_secrets`, :mod:`ferry.held_secrets`).
+
 The watcher starts and runs the same way, with the helpers here (:func:`detach`,
-:func:`quiet_descriptors`, :func:`execute`, :func:`write_to`, :func:`install_signals`).
+:func:`quiet_descriptors`, :func:`execute`, :func:`write_to`, :func:`install_signals`,
+:func:`follow_secrets`).
 """
 
 from __future__ import annotations
@@ -79,8 +83,12 @@ def start_standby() -> None:
         prepare_launch()
         with os.fdopen(wait_read, "rb") as wait:
             handed = wait.read().decode().split("\n")
-        if len(handed) < 2:  # the submitting process ended without a job for us
+        if len(handed) < 3:  # the submitting process ended without a job for us
             os._exit(0)
+        from ferry import held_secrets
+
+        # the submitter's secrets, declared after this fork: it may be handed another's job
+        held_secrets.declare(handed[2].split())
         code = _supervise_forked(handed[0], Path(handed[1]))
     except BaseException:
         code = 1
@@ -108,9 +116,12 @@ def start(job: Job) -> None:
         return
     log_path = Path(job.job_dir) / SUPERVISOR_LOG
     if _standby is not None:
+        from ferry import held_secrets
+
         wait_write, _standby = _standby, None
+        secrets = " ".join(held_secrets.names())
         try:
-            os.write(wait_write, f"{job.id}\n{log_path}\n".encode())
+            os.write(wait_write, f"{job.id}\n{log_path}\n{secrets}\n".encode())
             handed = True
         except OSError:  # it is gone: start another
             handed = False
@@ -128,6 +139,8 @@ def start(job: Job) -> None:
 def execute(module: str, job_id: str, log_path: Path) -> None:
     """Start ``python -m MODULE JOB_ID`` in a session of its own, writing to ``log_path``
     (from a threaded process, where forking is unsafe)."""
+    from ferry import held_secrets
+
     with open(log_path, "ab") as log:
         subprocess.Popen(
             [sys.executable, "-m", module, job_id],
@@ -136,6 +149,7 @@ def execute(module: str, job_id: str, log_path: Path) -> None:
             stderr=log,
             close_fds=True,
             start_new_session=True,
+            env=held_secrets.environment(),  # (it takes its job's secrets from the job)
         )
 
 
@@ -193,9 +207,11 @@ def detach() -> bool:
         os.setsid()
         if os.fork():
             os._exit(0)
+        from ferry import held_secrets
         from ferry.runner.spawn import forget_subreaper
 
         forget_subreaper()
+        held_secrets.forget_followed()
         gc.freeze()  # never collect (and close) objects inherited from the submitter
         gc.enable()  # (`ferry run` submits with the collector off)
     except BaseException:
@@ -251,8 +267,10 @@ def run(job_id: str) -> int:
     code = 0
     current: str | None = job_id
     while current is not None:
+        follow_secrets(store, current)
         if not supervise(current, control, store, on_crash=_record_crash):
             code = 1
+        unfollow_secrets(current)  # before it forks supervisors for queued jobs
         # a supervisor that failed or was told to stop hands queued jobs to fresh ones
         adopt = code == 0 and not control.terminated
         current = _next_job(store, current, adopt=adopt)
@@ -275,6 +293,41 @@ def run(job_id: str) -> int:
     for done_job, outcome in finish_all(timeout=60.0):  # alerts still on their way
         store.add_event(done_job, outcome)
     return code
+
+
+def follow_secrets(store: Store, job_id: str) -> None:
+    """Hold the secrets of job ``job_id``, which this process follows from now on, and
+    only those of the jobs it follows (:mod:`ferry.held_secrets`)."""
+    from ferry import held_secrets
+    from ferry.controller.jobs import submitted_env
+
+    try:
+        job = store.get_job(job_id)
+    except Exception:  # (the store failing: following the job says so)
+        traceback.print_exc()
+        return
+    _forgotten(held_secrets.follow(job_id, submitted_env(job) or {}, job.plan.secrets))
+
+
+def unfollow_secrets(job_id: str) -> None:
+    """Job ``job_id`` is no longer followed here: forget the secrets no job followed here
+    holds (:mod:`ferry.held_secrets`)."""
+    from ferry import held_secrets
+
+    _forgotten(held_secrets.unfollow(job_id))
+
+
+def _forgotten(names: list[str]) -> None:
+    """Secrets ``names`` were just forgotten: so goes what was made while they were held,
+    and keeps them (storage clients with their credentials, the runner, forked with this
+    process's memory while a job ran and idle now)."""
+    if not names:
+        return
+    from ferry.backends.local import end_runner
+    from ferry.storage.registry import forget_filesystems
+
+    forget_filesystems()
+    end_runner()
 
 
 def install_signals() -> Control:

@@ -20,6 +20,7 @@ of one per job. Two hundred jobs cost it a few megabytes more than one (``make b
   ferry.watcher JOB``.
 - SIGTERM (a shutdown) leaves every attempt running for the next watcher and ends it.
 - With no job left, it waits ``local.linger`` for another, then ends.
+- It holds the secrets of the jobs it follows, and no others (:mod:`ferry.held_secrets`).
 - Its own messages go to ``FERRY_HOME/run/watcher.log``; a job whose supervision failed
   gets the traceback in its ``supervisor.log`` too.
 """
@@ -234,11 +235,13 @@ class Watcher:
         """Follow ``job_id`` in a thread of its own (once its thread here has ended, when
         it is handed over again while that one still runs)."""
         from ferry.controller import Control
+        from ferry.supervisor import follow_secrets
 
         if job_id in self.jobs:
             self._again.add(job_id)
             self._reap()
             return
+        follow_secrets(self.store, job_id)  # (here: the threads never change os.environ)
         wake_read, wake_write = os.pipe()
         os.set_blocking(wake_read, False)
         os.set_blocking(wake_write, False)
@@ -285,6 +288,7 @@ class Watcher:
     def _reap(self) -> None:
         """Forget the jobs whose threads ended, and admit queued jobs into the room each
         held (this watcher follows those that run elsewhere; the others get supervisors)."""
+        from ferry.supervisor import unfollow_secrets
         from ferry.telemetry.notify import finish_done
 
         for job_id, followed in list(self.jobs.items()):
@@ -298,6 +302,7 @@ class Watcher:
                 self._again.discard(job_id)
                 self._take(job_id)
                 continue
+            unfollow_secrets(job_id)  # before a supervisor is forked for a queued job
             if self.control.terminated:
                 continue
             self._unended.add(job_id)

@@ -3,6 +3,7 @@ conditions with a deadline (never sleeps as synchronisation)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -220,6 +221,28 @@ def explain_job(job_id: str) -> str:
     events = "; ".join(e["message"] for e in status["events"])
     tail = job_logs(job_id)[-1500:]
     return f"{status['status']} ({status.get('reason')}); events: {events}; log: {tail}"
+
+
+def showing(value: str) -> list[str]:
+    """The processes that show ``value`` to this user's other processes: in the environment
+    they were started with (``/proc/PID/environ``, what ``ps e`` prints) or in their
+    command line. Each as its pid, where it shows, and its command line."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        for part in ("environ", "cmdline"):
+            try:
+                shown = Path("/proc", entry, part).read_bytes()
+            except OSError:  # ended meanwhile, or another user's
+                continue
+            if value.encode() in shown:
+                command = b""
+                with contextlib.suppress(OSError):
+                    command = Path("/proc", entry, "cmdline").read_bytes()
+                words = command.replace(b"\0", b" ").decode(errors="replace")
+                found.append(f"{entry} ({part}): {words}")
+    return found
 
 
 def job_logs(job_id: str, *args: str) -> str:

@@ -237,7 +237,9 @@ class _Runner:
 
 
 def end_runner() -> None:
-    """Kill this process's runner and what it runs (a supervisor that failed)."""
+    """Kill this process's runner and what it runs: a supervisor that failed, or one whose
+    job ended and whose runner holds what it must not keep (see ferry.held_secrets); the
+    next attempt starts a fresh one."""
     _Runner.end_current()
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from ferry import config
+from ferry import config, held_secrets
 from ferry.errors import FerryError, Unsupported, UsageError, install_hint
 from ferry.units import format_size
 
@@ -178,6 +178,7 @@ class LocalHead:
                     stdout=out,
                     stderr=out,
                     start_new_session=True,
+                    env=held_secrets.environment(),  # (it outlives the job that started it)
                 )
                 self.session = starter.pid
                 code = starter.wait(timeout=_START_TIMEOUT)
@@ -233,7 +234,7 @@ class LocalHead:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=out,
-                env={**os.environ, "FERRY_HOME": str(config.ferry_home())},
+                env={**held_secrets.environment(), "FERRY_HOME": str(config.ferry_home())},
                 timeout=60,
                 check=True,
             )

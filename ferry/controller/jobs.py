@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ferry import config, defaults
+from ferry import config, defaults, held_secrets
 from ferry.errors import FerryError, TransitionError, UsageError, install_hint
 from ferry.procs import environ_of, hostname, is_runner, is_supervisor, start_time
 from ferry.status import ACTIVE, AttemptStatus, JobStatus, shell_code
@@ -136,6 +136,8 @@ def submit(
             f"secret {missing[0]} is not set in this environment",
             f"export {missing[0]}=... before submitting, or remove it from secrets",
         )
+    # a supervisor this process starts for another job (reconcile, schedule) drops these
+    held_secrets.declare(spec.secrets)
     # a cloud's setup (credentials, bucket, quota ...), before the stores are asked: its
     # words for a missing bucket name the cloud's own tools
     checks = backend.preflight(spec)

@@ -9,7 +9,9 @@ a Unix socket in ``FERRY_HOME/run``). It forks, and the fork runs the command: e
 module is imported already and nothing else is carried over from one command to the next.
 The command reads and writes the caller's terminal or pipes, its exit code is the
 caller's, the signals the caller gets (Ctrl-C, a hangup, SIGTERM) are passed on to it,
-Ctrl-Z stops it with the caller, and a caller that dies is a hangup.
+Ctrl-Z stops it with the caller, and a caller that dies is a hangup. The launcher itself
+starts with a few variables only (:func:`_launcher_env`): whatever the command that
+started it held, a secret above all, stays out of it and of every process forked from it.
 
 The launcher ends after ``launcher.idle`` (10 minutes by default) without a command, when
 a Python file it imported changes (an upgrade, or an edit of Ferry itself: the command
@@ -43,6 +45,10 @@ _LIMITS = (  # the caller's resource limits a command (and so its job) takes on
     *("RLIMIT_DATA", "RLIMIT_NPROC", "RLIMIT_MEMLOCK", "RLIMIT_CPU", "RLIMIT_NICE"),
 )
 _NAMESPACES = ("mnt", "net", "pid", "user", "uts", "ipc")
+# the caller's variables a launcher starts with (see _launcher_env): where programs, the
+# home folder and temporary files are, the locale, and Python's own settings (PYTHON*)
+_KEPT = ("PATH", "HOME", "TMPDIR", "LANG", "LANGUAGE", "TZ")
+_KEPT_PREFIXES = ("LC_", "PYTHON")
 _missing = False  # this command found no launcher to run it
 
 
@@ -336,7 +342,7 @@ def start(idle_s: float) -> None:
         subprocess.Popen(  # (a launcher that cannot start: the next command runs alone too)
             [sys.executable, "-P", "-m", "ferry.launcher", "--idle", str(idle_s)],
             cwd="/",
-            env={**os.environ, "FERRY_HOME": home},
+            env=_launcher_env(home),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,
@@ -347,6 +353,17 @@ def start(idle_s: float) -> None:
         return
     finally:
         os.close(log)
+
+
+def _launcher_env(home: str) -> dict[str, str]:
+    """The environment a launcher starts with: what decides how Python starts and what it
+    imports (its identity among them), and nothing else. It lives for minutes, and every
+    process forked from it shows this environment in ``/proc/PID/environ``, supervisors
+    that run for hours included: the command that starts it must leave nothing there of
+    its own (a secret above all). Each command's environment comes with the command."""
+    env = {k: v for k, v in os.environ.items() if k in _KEPT or k.startswith(_KEPT_PREFIXES)}
+    env["FERRY_HOME"] = home
+    return env
 
 
 def stop_all(home: str) -> int:

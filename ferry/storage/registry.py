@@ -69,6 +69,12 @@ def _options(protocol: str) -> dict[str, Any]:
     return options
 
 
+def forget_filesystems() -> None:
+    """Drop the filesystems made so far: each holds the credentials it found when it was
+    made (a job's secrets, which the process that follows jobs has just forgotten)."""
+    _cache.clear()
+
+
 def filesystem(protocol: str) -> Any:
     """The fsspec filesystem for ``protocol`` (created once per process and settings)."""
     spec = PROTOCOLS[protocol]

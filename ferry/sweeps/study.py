@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ferry.errors import UsageError
+from ferry.errors import UsageError, install_hint
 from ferry.sweeps.params import Param, grid_points
 
 SAMPLERS = ("tpe", "random", "grid", "cmaes", "qmc")
@@ -243,5 +243,5 @@ def require_optuna() -> None:
         from ferry.errors import BackendNotInstalled
 
         raise BackendNotInstalled(
-            "sweeps need Optuna, which is not installed", "pip install 'ferry[sweep]'"
+            "sweeps need Optuna, which is not installed", install_hint("sweep")
         )

@@ -27,6 +27,7 @@ from tests.conftest import (
     ferry,
     ferry_json,
     job_status,
+    showing,
     submit,
     wait_for,
 )
@@ -255,6 +256,35 @@ def test_jobs_elsewhere_share_one_watcher_which_a_new_one_replaces(
             return True
 
     wait_for(ended, 30, "the watcher to end", every=0.5)
+
+
+def test_the_watcher_keeps_no_secret_of_a_job_that_has_ended(ray_project: Path) -> None:
+    """Waiting for another job once its own has ended (local.linger), the watcher shows
+    the job's secret to none of this user's other processes; nor do Ray's."""
+    from ferry.store import open_store
+
+    assert ferry("config", "set", "local.linger", "60").returncode == 0
+    value = f"value-{os.urandom(12).hex()}"
+    ran = ferry(
+        *("run", "--backend", "ray", "--secret", "TOKEN", "--", "python", "train.py"),
+        cwd=ray_project,
+        env={"TOKEN": value},
+        timeout=120,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout.splitlines()[0])["TOKEN"] == value  # the job had it
+    watcher = open_store().get_job(ferry_json("jobs")[0]["id"]).supervisor_pid
+    assert watcher is not None and Path(f"/proc/{watcher}/comm").read_text() == "ferry-supervise\n"
+    try:  # (its thread for the job ends just after the job's end is recorded)
+        wait_for(
+            lambda: not showing(value),
+            10,
+            "the watcher to forget it",
+            explain=lambda: showing(value),
+        )
+        assert Path(f"/proc/{watcher}/comm").read_text() == "ferry-supervise\n"  # waiting
+    finally:
+        os.kill(watcher, signal.SIGTERM)  # (rather than waiting a minute for another job)
 
 
 def test_an_attempt_no_node_can_take_ends_after_max_pending(ray_project: Path) -> None:

@@ -7,6 +7,7 @@ the launcher on (tests/conftest.py turns it off for every other test)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pty
 import shutil
@@ -27,10 +28,14 @@ from tests.conftest import (
     FERRY,
     ferry,
     ferry_json,
+    job_status,
     read_terminal_until,
+    showing,
     stop_leftovers,
+    submit,
     wait_for,
 )
+from tests.conftest import wait_status_slowly as wait_status
 
 pytestmark = pytest.mark.slow
 
@@ -151,6 +156,43 @@ def test_a_command_starts_one_and_the_next_runs_in_it(home: Path, project: Path)
         bad.returncode == 2 and bad.stderr.startswith("ferry: ") and "Traceback" not in bad.stderr
     )
     assert launchers(home) == [launcher]  # one launcher served them all
+
+
+def test_no_process_holds_a_secret_once_its_job_has_ended(home: Path, project: Path) -> None:
+    """The command that passes a secret starts the launcher; a later command's job goes to
+    the supervisor that ran the secret's job (waiting for one): neither they, the launcher
+    nor the processes forked from it show the value to this user's other processes."""
+    value = f"value-{os.urandom(12).hex()}"
+    off = {"FERRY_LAUNCHER": "off"}
+    assert ferry("config", "set", "local.linger", "60", env=off).returncode == 0
+    reads = (
+        "import hashlib, os; print(hashlib.sha256(os.environ['MY_API_KEY'].encode()).hexdigest())"
+    )
+    first = ferry(
+        *("run", "--secret", "MY_API_KEY", "--", "python", "-c", reads),
+        cwd=project,
+        env={"MY_API_KEY": value},
+    )
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == f"{hashlib.sha256(value.encode()).hexdigest()}\n"  # it had it
+    launcher = started(home)  # started by that command, as it ended
+    gate = project / "go"
+    waits = f"import os, time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.05)\n"
+    later = submit("--", "python", "-c", waits, cwd=project)
+    try:
+        wait_for(lambda: job_status(later)["status"] == "RUNNING", 30, "the later job to run")
+        assert launcher.is_running()
+        assert showing(value) == []
+        from ferry.store import open_store
+
+        store = open_store()
+        (secrets_job,) = [job["id"] for job in ferry_json("jobs") if job["id"] != later]
+        supervisor = store.get_job(secrets_job).supervisor_pid
+        assert supervisor is not None and store.get_job(later).supervisor_pid == supervisor
+    finally:
+        gate.write_text("")
+    assert wait_status(later, "SUCCEEDED", "FAILED")["status"] == "SUCCEEDED"
+    os.kill(supervisor, signal.SIGTERM)  # (rather than waiting a minute for another job)
 
 
 def test_ctrl_c_reaches_the_command(home: Path, project: Path) -> None:
