@@ -20,6 +20,8 @@ from ferry.errors import Unsupported
 from ferry.store.records import Allocation, Job
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from ferry.backends.preflight import Check
     from ferry.runner.record import RunFolderReader, RunState
     from ferry.spec import JobSpec
@@ -118,6 +120,10 @@ class Backend(abc.ABC):
     runs_here: bool = True
     # What the backend honours, by feature key (see :func:`features_used`).
     features: frozenset[str] = frozenset()
+    # Container paths its machines have of their own (Vertex AI's /gcs/, through Cloud
+    # Storage FUSE; SageMaker's /opt/ml/): a script that mentions only these runs as it is,
+    # with nothing emulated. (Emulating them is the feature "paths.container".)
+    provider_paths: frozenset[str] = frozenset()
 
     def check(self, spec: JobSpec) -> None:
         """Refuse a spec that uses something this backend does not support, or can't fit."""
@@ -128,10 +134,33 @@ class Backend(abc.ABC):
         """Refuse a spec that uses a feature this backend does not honour."""
         for feature, why in features_used(spec).items():
             if feature not in self.features:
-                raise Unsupported(
-                    f"the {self.name} backend does not support {why} yet",
-                    "remove it from the spec, or choose another backend",
-                )
+                hint = "remove it from the spec, or choose another backend"
+                if feature == "paths.container" and self.provider_paths:
+                    from ferry.contract.container_paths import MARKER_WORDS
+
+                    words = " and ".join(MARKER_WORDS[m] for m in sorted(self.provider_paths))
+                    hint = f"its machines have {words} of their own: leave paths at auto"
+                raise Unsupported(f"the {self.name} backend does not support {why} yet", hint)
+
+    def resolve_paths(self, spec: JobSpec, code: Path) -> JobSpec:
+        """``spec`` with ``paths: auto`` decided on its snapshot ``code``: ``container``
+        where the code mentions container paths this backend's machines lack and it can
+        make them; ``host`` where they have all it mentions. Refuses a script that needs
+        paths the backend can neither find nor make, saying which."""
+        from ferry.contract.container_paths import MARKER_WORDS, mentioned
+
+        if spec.paths != "auto":
+            return spec
+        needed = sorted(mentioned(code) - self.provider_paths)
+        if needed and "paths.container" not in self.features:
+            words = " and ".join(MARKER_WORDS[m] for m in needed)
+            raise Unsupported(
+                f"the code mentions {words}, which the {self.name} backend's machines do not have",
+                "read the contract's variables instead (FERRY_MODEL_DIR, SM_MODEL_DIR, "
+                "FERRY_INPUT_<NAME> ...), or set paths: host (--paths host) if the script "
+                "does not use those paths",
+            )
+        return spec.model_copy(update={"paths": "container" if needed else "host"})
 
     def dry_run(self, spec: JobSpec) -> dict[str, Any] | None:
         """What ``--dry-run`` shows of the provider's request for ``spec`` (None: there is

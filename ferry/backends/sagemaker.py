@@ -60,6 +60,7 @@ from ferry.backends.sagemaker_api import (
     region_of,
     require_sdk,
 )
+from ferry.contract.container_paths import OPT_ML_MARK
 from ferry.errors import FerryError, SpecError
 from ferry.status import PROVIDER_JOB_PREFIX
 from ferry.store.records import Job
@@ -252,9 +253,11 @@ class SageMakerBackend(CloudBackend):
             "resources.spot",
             "environment.requirements",
             "environment.image",
-            "paths.container",  # (/opt/ml is the instance's own; the runner collects from it)
         }
     )
+    # the instance's own /opt/ml: what a script writes into its model and output/data
+    # folders joins the outputs (the runner's provider_tree)
+    provider_paths = frozenset({OPT_ML_MARK})
 
     def _check(self, spec: JobSpec, outputs: str | None = None, offline: bool = False) -> None:
         from ferry.backends import sagemaker_request as request

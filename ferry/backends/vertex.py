@@ -48,6 +48,7 @@ from ferry.backends.cloud_backend import (
     bundle_said,
     shown_request,
 )
+from ferry.contract.container_paths import GCS_MARK
 from ferry.errors import FerryError, SpecError, install_hint
 from ferry.status import PROVIDER_JOB_PREFIX
 from ferry.store.records import Job
@@ -371,6 +372,7 @@ class VertexBackend(CloudBackend):
             "environment.image",
         }
     )
+    provider_paths = frozenset({GCS_MARK})  # Cloud Storage FUSE: every bucket, on every VM
 
     def _check(self, spec: JobSpec, outputs: str | None = None) -> None:
         from ferry.store.plan import Plan

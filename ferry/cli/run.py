@@ -74,8 +74,9 @@ def run(args: argparse.Namespace) -> int:
     from ferry.store import open_store
 
     store = open_store()
-    _price_check(spec, store, args.yes)
-    job = submit(spec, start=start, store=store)
+    job = submit(
+        spec, start=start, store=store, confirm=lambda ready: _price_check(ready, store, args.yes)
+    )
     supervisor.release_standby()  # (when the job waits in the queue)
     gc.freeze()
     gc.enable()  # following a job for days makes garbage
@@ -161,27 +162,21 @@ def _model_landed(outputs: str) -> str:
 def _price_check(spec: Any, store: Any, yes: bool) -> None:
     """Print the offering and its price before launching anything that costs money, and
     ask above ``cost.confirm_above`` USD/h (``--yes`` and ``cost.when_not_interactive``
-    decide when there is no one to ask)."""
+    decide when there is no one to ask). Called by submit once the job has passed every
+    check: a job that is refused prints no plan."""
     import sys
 
     from ferry import config
-    from ferry.controller.budget import check_submission
 
     backend = spec.backend or str(config.get("backend"))
     if backend == "ray" or (backend == "local" and not float(config.get("local.price_hour"))):
-        # free (a Ray cluster is the user's own): nothing to say, and no time spent pricing
-        # it (submit checks budgets)
+        # free (a Ray cluster is the user's own): nothing to say, and no time spent pricing it
         return
-    check_submission(store)  # a spent budget says so before any plan is printed
     from ferry.catalog.estimate import quote
 
     found = quote(spec, backend=backend, store=store)
     if found.option is None:
-        return  # submit says why nothing fits
-    if found.option.backend not in (None, "local", "ray"):  # refused: no plan to print
-        from ferry.backends.registry import get_backend
-
-        get_backend(found.option.backend).check(spec)
+        return  # (the backend's check found an offering; the catalog has none to price)
     eprint(f"ferry: plan: {found.line()}")
     for other in found.plan.options[1:3]:
         eprint(f"ferry:   next: {other.describe()} · {other.price:,.2f} USD/h")

@@ -20,23 +20,33 @@ from pathlib import Path
 
 from ferry.errors import FerryError
 
-MARKERS = ("/opt/ml/", "/gcs/")  # a snapshot that mentions these needs container paths
+# what a script hard-codes when it expects a provider's container: SageMaker's tree, and
+# Vertex AI's Cloud Storage FUSE paths
+OPT_ML_MARK, GCS_MARK = "/opt/ml/", "/gcs/"
+MARKERS = (OPT_ML_MARK, GCS_MARK)
 OPT_ML = "/opt/ml"  # where a SageMaker container has the job's tree
+# in words, for messages
+MARKER_WORDS = {
+    OPT_ML_MARK: "/opt/ml/ (SageMaker's folders)",
+    GCS_MARK: "/gcs/ (Vertex AI's Cloud Storage FUSE paths)",
+}
 
 
-def mentions_container_paths(code: Path, limit: int = 1 << 20) -> bool:
-    """Whether any text file of the snapshot mentions ``/opt/ml/`` or ``/gcs/``. The answer
-    for a snapshot shared through the code store is kept beside its tree, whose files never
-    change: the next job from the same files reads none of them."""
+def mentioned(code: Path, limit: int = 1 << 20) -> frozenset[str]:
+    """Which of :data:`MARKERS` the text files of the snapshot ``code`` mention. The
+    answer for a snapshot shared through the code store is kept beside its tree, whose
+    files never change: the next job from the same files reads none of them."""
     if not code.is_symlink():
-        return _mentions(code, limit)
+        return _mentioned(code, limit)
     from ferry.packaging.code_store import remembered
 
-    return remembered(code, "paths", lambda: _mentions(code, limit))
+    found = remembered(code, "container-paths", lambda: " ".join(sorted(_mentioned(code, limit))))
+    return frozenset(m for m in found.split() if m in MARKERS)
 
 
-def _mentions(code: Path, limit: int) -> bool:
-    needles = [m.encode() for m in MARKERS]
+def _mentioned(code: Path, limit: int) -> frozenset[str]:
+    needles = {m: m.encode() for m in MARKERS}
+    found: set[str] = set()
     for dirpath, _, files in os.walk(code):
         for name in files:
             path = Path(dirpath) / name
@@ -46,9 +56,11 @@ def _mentions(code: Path, limit: int) -> bool:
                 data = path.read_bytes()
             except OSError:
                 continue
-            if b"\0" not in data[:1024] and any(n in data for n in needles):
-                return True
-    return False
+            if b"\0" not in data[:1024]:
+                found.update(m for m, needle in needles.items() if needle in data)
+                if len(found) == len(MARKERS):
+                    return frozenset(found)
+    return frozenset(found)
 
 
 @cache

@@ -98,6 +98,7 @@ def submit(
     start: Starter,
     store: Store | None = None,
     environ: dict[str, str] | None = None,
+    confirm: Callable[[JobSpec], None] | None = None,
 ) -> Job:
     """Store a job, snapshot its code, and start it when its backend has room.
 
@@ -107,6 +108,9 @@ def submit(
         store: the job store (default: the one under FERRY_HOME).
         environ: the environment the job starts from (default: this process's). Secret
             values are read from it now and kept only in the job's private folder.
+        confirm: called with the spec as it will run, once every check has passed and
+            the code is snapshotted, before the job is stored: ``ferry run`` prints the
+            plan and its price there, and may ask; what it raises refuses the job.
 
     Returns:
         The stored job (QUEUED, or STARTING if it was admitted at once).
@@ -185,12 +189,11 @@ def submit(
         fd = os.open(launch_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as file:
             file.write(json.dumps(launch))  # (dumps: the C encoder; dump streams in Python)
-        if spec.paths == "auto":  # decided once, on the code as submitted
-            from ferry.contract.container_paths import mentions_container_paths
-
-            paths = "container" if mentions_container_paths(staging / "code") else "host"
-            spec = spec.model_copy(update={"paths": paths})
+        if spec.paths == "auto":  # decided once, on the code as submitted, for its backend
+            spec = backend.resolve_paths(spec, staging / "code")
             backend.check(spec)
+        if confirm is not None:  # (the plan and its price, once nothing refuses the job)
+            confirm(spec)
         job = _store_job(store, spec, name, backend_name, staging, root)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

@@ -521,18 +521,18 @@ def _set_aside_tree(tree: str, inode: int) -> str | None:
     return doomed
 
 
-def remembered(snapshot: str | os.PathLike[str], name: str, find: Callable[[], bool]) -> bool:
+def remembered(snapshot: str | os.PathLike[str], name: str, find: Callable[[], str]) -> str:
     """What ``find`` says of a shared snapshot (a link to a tree), worked out once per tree
     and kept beside it as ``<tree>.<name>``."""
     tree = os.path.realpath(snapshot)
     note = f"{tree}.{name}"
     with contextlib.suppress(FileNotFoundError), open(note) as file:  # (not worked out yet)
-        return file.read() == "1"
+        return file.read()
     found = find()
     tmp = f"{note}.{os.getpid()}-{os.urandom(4).hex()}"
     try:
         with open(tmp, "w") as file:
-            file.write("1" if found else "0")
+            file.write(found)
         os.replace(tmp, note)
     except OSError:
         with contextlib.suppress(OSError):

@@ -436,3 +436,76 @@ def test_a_sweep_of_a_vertex_script_runs_its_trials_on_vertex(
     assert [(t["params"]["x"], t["objective"]) for t in trials] == [(3, 1.5), (0, 4.5)]
     sent = [r["jobSpec"]["workerPoolSpecs"][0] for r in on_vertex["server"].requests[-2:]]
     assert all(p["pythonPackageSpec"]["pythonModule"] == "ferry.runner.cloud" for p in sent)
+
+
+# The pattern of Vertex AI's custom-training samples (the LightGBM one among them): gs://
+# URIs rewritten to /gcs/, where Cloud Storage FUSE shows every bucket on the training VM.
+FUSE_SAMPLE = """
+import argparse, csv, os, pickle
+from sklearn.ensemble import HistGradientBoostingClassifier
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--training-data", required=True)
+parser.add_argument("--model-dir", default=os.environ.get("AIP_MODEL_DIR"))
+args = parser.parse_args()
+
+def fuse(uri):  # gs://bucket/key is /gcs/bucket/key on a Vertex AI training VM
+    return uri.replace("gs://", "/gcs/")
+
+with open(fuse(args.training_data)) as file:
+    rows = list(csv.reader(file))[1:]
+x = [[float(v) for v in row[:-1]] for row in rows]
+y = [int(row[-1]) for row in rows]
+model = HistGradientBoostingClassifier(max_iter=20).fit(x, y)
+print(f"train_accuracy={model.score(x, y):.3f}", flush=True)
+model_dir = fuse(args.model_dir)
+os.makedirs(model_dir, exist_ok=True)
+with open(os.path.join(model_dir, "model.pkl"), "wb") as file:
+    pickle.dump(model, file)
+"""
+
+
+def test_a_script_reading_gcs_fuse_paths_runs_on_vertex_and_here_unchanged(
+    on_vertex: dict[str, Any], project: Path
+) -> None:
+    import io
+
+    from sklearn.datasets import load_breast_cancer
+
+    gs, bucket = on_vertex["gs"], on_vertex["bucket"]
+    data = load_breast_cancer()
+    table = io.StringIO()
+    table.write(",".join([*(f"f{i}" for i in range(data.data.shape[1])), "label"]) + "\n")
+    for row, label in zip(data.data, data.target, strict=True):
+        table.write(",".join([*(f"{v:g}" for v in row), str(label)]) + "\n")
+    gs.pipe(f"{bucket}/data/train.csv", table.getvalue().encode())
+    uri = f"gs://{bucket}/data/train.csv"
+    (project / "task.py").write_text(FUSE_SAMPLE)
+    # no paths: in the spec (the input is named so that this machine can show it at /gcs/)
+    (project / "job.yaml").write_text(
+        f"name: fuse\ncommand: python task.py --training-data {uri}\ninputs: {{train: {uri}}}\n"
+    )
+    for backend, paths in (("vertex", "host"), ("local", "container")):
+        done = ferry("run", "--backend", backend, "job.yaml", cwd=project, timeout=180)
+        assert done.returncode == 0, (backend, done.stderr)
+        job = ferry_json("jobs")[0]
+        assert job["backend"] == backend and job["spec"]["paths"] == paths, job["spec"]
+        assert "train_accuracy=" in job_logs(job["id"])
+        gs.invalidate_cache()
+        assert gs.info(f"{bucket}/runs/{job['id']}/model/model.pkl")["size"] > 1000
+
+
+def test_code_that_needs_paths_vertex_lacks_is_refused_before_any_plan(
+    on_vertex: dict[str, Any], project: Path
+) -> None:
+    (project / "sm.py").write_text("open('/opt/ml/model/m.txt', 'w').write('m')\n")
+    refused = ferry("run", "--backend", "vertex", "--", "python", "sm.py", cwd=project)
+    line = assert_one_line_error(refused, 1)
+    assert "mentions /opt/ml/ (SageMaker's folders)" in line and "--paths host" in line, line
+    assert "plan:" not in refused.stderr
+    assert ferry_json("jobs") == []
+    explicit = ferry(
+        "run", "--backend", "vertex", "--paths", "container", "--", "true", cwd=project
+    )
+    line = assert_one_line_error(explicit, 1)
+    assert "have /gcs/ (Vertex AI's Cloud Storage FUSE paths) of their own" in line, line

@@ -47,6 +47,9 @@ this machine: their names resolve to it, and their port is one that is free here
 than Vertex AI's 2222. The job ends when every replica has; the first that fails has the
 others stopped (tests/backends/machines.py). The VM's access to storage is the
 emulator's address (``STORAGE_EMULATOR_HOST``), as a real VM's is its service account.
+Each VM has ``/gcs/<bucket>/...`` for the buckets the request names, Cloud Storage FUSE
+simulated by copies (tests/backends/gcs_fuse.py says how far), in a private mount
+namespace (Ferry's own container-paths helper, as the local backend uses it).
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ from pathlib import Path
 from typing import Any
 
 from ferry.contract.container_paths import wrap
+from tests.backends.gcs_fuse import GcsMount, buckets_named
 from tests.backends.machines import image_python, names_here, start, stop_with_grace, wait_all
 from tests.backends.vertex_schema import parent_problem, problems
 
@@ -336,7 +340,7 @@ class VertexServer:
         for kind, index, _ in replicas:
             cluster.setdefault(kind, []).append(f"{kind}-{index}:{port}")
         names = [f"{kind}-{index}" for kind, index, _ in replicas]
-        machines = []
+        machines, mounts = [], []
         for n, (kind, index, pool) in enumerate(replicas):
             vm = self.root / (f"vm-{number}" if len(replicas) == 1 else f"vm-{number}-{n}")
             task = {"type": kind, "index": index}
@@ -344,8 +348,13 @@ class VertexServer:
             if isinstance(made, int):  # (its install failed)
                 return made
             argv, env = made
+            mount = GcsMount(vm / "gcs", buckets_named(job.body))  # Cloud Storage FUSE
+            mount.fill()
+            mounts.append(mount)
+            binds = [(str(mount.folder), "/gcs")]
             if len(replicas) > 1:  # each replica reaches the others by their names
-                argv = wrap(argv, str(vm / "home"), vm / "mnt", [names_here(vm, names)])
+                binds.append(names_here(vm, names))
+            argv = wrap(argv, str(vm / "home"), vm / "mnt", binds)
             machines.append((argv, env, vm))
         with self._lock:
             if job.cancelled:  # (cancelled while the VMs got ready)
@@ -354,6 +363,8 @@ class VertexServer:
         self._set(job, "JOB_STATE_RUNNING", started=True)
         code, failed = wait_all(job.procs, self.grace)
         job.failed = names[failed]
+        for mount in mounts:  # (what the commands wrote under /gcs, into the buckets)
+            mount.send_back()
         return code
 
     def _machine(
