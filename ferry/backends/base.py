@@ -88,6 +88,12 @@ class RunningAttempt(abc.ABC):
         """When its machine started (time.time()), for one that waited, once known."""
         return None
 
+    @property
+    def ended_at(self) -> float | None:
+        """When it ended (time.time()), once it has and where the backend knows better than
+        the moment :meth:`poll` said so (a provider's own end time); None: then."""
+        return None
+
     @abc.abstractmethod
     def poll(self) -> Exit | None:
         """How the attempt ended, or None while it runs. Never blocks for long."""
@@ -109,6 +115,27 @@ class RunningAttempt(abc.ABC):
     @abc.abstractmethod
     def kill(self) -> None:
         """End the attempt now, with everything it started."""
+
+    def stop_latency(self) -> float:
+        """Seconds, beyond the grace, from :meth:`stop` to :meth:`poll` seeing the end, at
+        most as far as this process can tell: the notice's way to the job, what the runner
+        records and sends last, the end's way back. A cost cap gives the notice this much
+        (and the grace) before the cap."""
+        return STOP_LATENCY_HERE
+
+    def cut_latency(self) -> float:
+        """Seconds from :meth:`cut` to :meth:`poll` seeing the end, at most."""
+        return STOP_LATENCY_HERE
+
+    def cut(self) -> None:
+        """End it now, after a notice, without waiting for the runner's last upload (a cost
+        cap about to be passed)."""
+        self.kill()
+
+
+# s a stop takes beyond the grace for a runner on this machine: the notice is a line on its
+# pipe, its end comes back on it, and what it records last is written here
+STOP_LATENCY_HERE = 1.0
 
 
 class Backend(abc.ABC):

@@ -54,6 +54,12 @@ _ENDED_BUT_RUNNING = 600.0
 _LOOK_FOR_END_EVERY = 30.0
 # a process following many attempts asks about each less often: ~1/_POLL_SHARE looks a second
 _POLL_SHARE = 0.05
+# what a stop takes, as the cost cap counts it: the round trips to the bucket the runner's
+# last records and upload make (its notice read, log, metrics, events, outputs listing,
+# manifest, state, with room to spare), each as long as the longest look at the provider
+# lately, which keeps this share of its length at each look
+_WRAP_UP_TRIPS = 10
+_ROUND_TRIP_DECAY = 0.9
 _following: weakref.WeakSet[CloudRun] = weakref.WeakSet()
 
 
@@ -135,6 +141,10 @@ class Seen:
     preempted: bool = False  # its capacity was taken back (spot)
     no_capacity: bool = False  # refused for capacity or quota
     cancelled: bool = False  # stopped by a cancel (Ferry's or anyone's)
+    # when the provider says its machine started and when the job ended (time.time()), which
+    # it bills between: a look sees each up to a look late
+    started: float | None = None
+    ended: float | None = None
 
 
 class CloudRun(RunningAttempt):
@@ -144,8 +154,12 @@ class CloudRun(RunningAttempt):
     Stopping: :meth:`stop` writes ``stopped`` in the run folder (the runner's notice, with
     ``grace`` seconds before its SIGKILL); the provider's job is cancelled only once the
     runner has had the grace and the upload allowance, or at once when the attempt was
-    killed without a notice. A cancel that fails is asked again, every ``CANCEL_AGAIN``
-    seconds, until the provider says the job has ended."""
+    killed without a notice, or :meth:`cut` short for a cost cap. A cancel that fails is
+    asked again, every ``CANCEL_AGAIN`` seconds, until the provider says the job has
+    ended."""
+
+    # s the provider gives a machine between its SIGTERM and its SIGKILL when it cancels
+    cancel_grace: float = 30.0
 
     def __init__(
         self,
@@ -187,6 +201,8 @@ class CloudRun(RunningAttempt):
         self._answered_phase: str | None = None  # the phase of the provider's last answer
         self._asked_runner = False  # (its record read for when it started)
         self._said: list[str] = []
+        self._round_trip = 0.0  # s: the longest look at the provider lately (decaying)
+        self._provider_ended: float | None = None  # when the provider says the job ended
         _following.add(self)
 
     # -- what a backend provides --------------------------------------------------------
@@ -239,7 +255,7 @@ class CloudRun(RunningAttempt):
         if now < self._next_look:
             return None
         # a process following many attempts (a watcher) asks each provider less often
-        self._next_look = now + max(POLL_EVERY, len(_following) * _POLL_SHARE)
+        self._next_look = now + self._look_every()
         if self._ending is not None:  # ended: its last lines, then the end
             seen, since = self._ending
             if self._copy(now) or now - since > _LAST_COPY_WITHIN:
@@ -248,6 +264,8 @@ class CloudRun(RunningAttempt):
         try:
             seen = self._look()  # (before the copy: what the runner wrote before the end
             # the provider says is in the copy that follows)
+            took = time.monotonic() - now
+            self._round_trip = max(took, self._round_trip * _ROUND_TRIP_DECAY)
         except FerryError as exc:
             self._copy(now)
             if now - self._answered > _UNREACHABLE_LOST:
@@ -265,12 +283,13 @@ class CloudRun(RunningAttempt):
         copied = self._copy(now)
         self._phase = self._answered_phase = seen.phase
         if seen.phase == Seen.RUNNING and self._running_since is None:
-            self._running_since = time.time()
+            self._running_since = min(seen.started or time.time(), time.time())
         if seen.state != self._state:
             self._state = seen.state
             words = f" ({seen.message})" if seen.message else ""
             self._said.append(f"provider: {seen.state}{words}")
         if seen.phase == Seen.ENDED:
+            self._provider_ended = seen.ended
             if copied:
                 return self._end(self._ended(seen))
             self._ending = (seen, now)  # (the bucket did not answer: its last lines later)
@@ -395,6 +414,39 @@ class CloudRun(RunningAttempt):
         with contextlib.suppress(OSError):
             block(self.option, reason)
         self._said.append(f"{self.option.describe()} passed over for now: {reason}")
+
+    def _look_every(self) -> float:
+        """Seconds between looks: a process following many attempts (the watcher) asks
+        about each less often."""
+        return max(POLL_EVERY, len(_following) * _POLL_SHARE)
+
+    @property
+    def ended_at(self) -> float | None:
+        if self._provider_ended is None:
+            return None
+        return min(self._provider_ended, time.time())
+
+    def stop_latency(self) -> float:
+        # the runner looks for the notice at each beat, then records and sends its last
+        # (a few round trips to the bucket, each as long as the longest look lately); the
+        # end counts from when the provider says it came, not from when a look saw it
+        return defaults.HEARTBEAT_INTERVAL + _WRAP_UP_TRIPS * self._round_trip
+
+    def cut_latency(self) -> float:
+        # the provider's own stop of the machine: SIGTERM, SIGKILL after its grace
+        return self.cancel_grace + 2 * self._round_trip
+
+    def cut(self) -> None:
+        if self._exit is not None:
+            return
+        now = time.monotonic()
+        if self._stopped is None:
+            self._stopped = now
+            with contextlib.suppress(FerryError):
+                self._place.put(STOPPED_NAME, b"")
+        self._said.append("the cost cap comes before the runner's end: cancelling")
+        self._cancel_at = self._next_look = now
+        self._cancel_now()
 
     def stop(self) -> None:
         """The notice: ``stopped`` in the run folder, which the runner takes as SIGTERM;

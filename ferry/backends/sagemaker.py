@@ -29,6 +29,7 @@ instance's on-demand price (for managed spot, those seconds already carry the di
 from __future__ import annotations
 
 import contextlib
+import datetime
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -91,6 +92,9 @@ _FROM_SPEC = {
 class SageMakerRun(CloudRun):
     """An attempt running as the training job ``name``."""
 
+    # StopTrainingJob: SIGTERM, then SIGKILL 120 s later (the API reference says so)
+    cancel_grace = _GRACE
+
     def __init__(
         self,
         job: Job,
@@ -138,7 +142,8 @@ class SageMakerRun(CloudRun):
             if set(history) & _INTERRUPTED:  # (now, or SageMaker restarted it since)
                 return self._interrupted(state, reason)
             phase = Seen.PENDING if secondary in _WAITING else Seen.RUNNING
-            return Seen(phase, state, _latest(data))
+            started = _epoch(data.get("TrainingStartTime"))  # (what SageMaker bills from)
+            return Seen(phase, state, _latest(data), started=started)
         if data.get("BillableTimeInSeconds") is not None:
             self._billed = float(data["BillableTimeInSeconds"])
         capacity = any(w in reason.lower() for w in _CAPACITY_WORDS)
@@ -154,6 +159,7 @@ class SageMakerRun(CloudRun):
             Seen.ENDED,
             state,
             said,
+            ended=_epoch(data.get("TrainingEndTime")),
             succeeded=status == "Completed",
             no_capacity=capacity and not started,
             preempted=(capacity and started) or interrupted,
@@ -196,6 +202,11 @@ class SageMakerRun(CloudRun):
         if self._billed is not None and rate is not None:
             ended = replace(ended, billed=rate * self._billed / 3600)
         return ended
+
+
+def _epoch(at: object) -> float | None:
+    """A time boto3 gives (a datetime) in seconds since the epoch; None for none."""
+    return float(at.timestamp()) if isinstance(at, datetime.datetime) else None
 
 
 def _latest(data: dict[str, Any]) -> str:

@@ -282,6 +282,10 @@ class VertexError(ProviderError):
 class VertexRun(CloudRun):
     """An attempt running as the custom job ``name``."""
 
+    # a cancel stops the VMs as Compute Engine does (an assumption: the pages on cancelling a
+    # custom job give no time), its spot VMs' 30 s between SIGTERM and the end
+    cancel_grace = _GRACE
+
     def __init__(
         self,
         job: Job,
@@ -318,8 +322,8 @@ class VertexRun(CloudRun):
         message = str(error.get("message") or "")
         if state in _WAITING:
             return Seen(Seen.PENDING, state, message)
-        if state not in _ENDED:
-            return Seen(Seen.RUNNING, state, message)
+        if state not in _ENDED:  # (startTime: when it first ran)
+            return Seen(Seen.RUNNING, state, message, started=_epoch(data.get("startTime")))
         words = message.lower()
         exhausted = int(error.get("code") or 0) == _RESOURCE_EXHAUSTED or (
             "resources are insufficient" in words or "stockout" in words
@@ -329,6 +333,7 @@ class VertexRun(CloudRun):
             Seen.ENDED,
             state,
             message,
+            ended=_epoch(data.get("endTime")),
             succeeded=state == "JOB_STATE_SUCCEEDED",
             preempted=exhausted and started,
             no_capacity=exhausted and not started,
@@ -641,3 +646,18 @@ def target_for(plan: Plan, option: Option, project_id: str) -> Chosen:
         network=config.get("vertex.network"),
     )
     return Chosen(target, note)
+
+
+def _epoch(stamp: object) -> float | None:
+    """An RFC 3339 time as the REST API gives it (``2024-05-01T10:00:00.123456789Z``), in
+    seconds since the epoch; None for none."""
+    import datetime
+
+    if not isinstance(stamp, str) or not stamp:
+        return None
+    whole, _, fraction = stamp.rstrip("Z").partition(".")
+    try:
+        at = datetime.datetime.fromisoformat(whole).replace(tzinfo=datetime.timezone.utc)
+    except ValueError:
+        return None
+    return at.timestamp() + (float(f"0.{fraction}") if fraction.isdigit() else 0.0)

@@ -672,8 +672,10 @@ def _attempt_to_follow(store: Store, job_id: str) -> Attempt | None:
 
 
 def _ended_at(running: RunningAttempt) -> float:
-    """When the attempt ended, as billed: now, or an attempt found gone's last sign of life."""
-    return running.lost_at if isinstance(running, _Gone) else time.time()
+    """When the attempt ended, as billed: when its provider says, or an attempt found
+    gone's last sign of life, else now."""
+    said = running.ended_at
+    return said if said is not None else time.time()
 
 
 class _Gone(RunningAttempt):
@@ -686,6 +688,10 @@ class _Gone(RunningAttempt):
         self.handle = handle or ""
         self.lost_at = lost_at  # its last sign of life
         self._exit = Exit(Exit.LOST, None, reason)
+
+    @property
+    def ended_at(self) -> float:
+        return self.lost_at
 
     def poll(self) -> Exit:
         return self._exit
@@ -1025,9 +1031,9 @@ def _watch(
     sample_every = float(config.get("telemetry.interval"))
     stopping: str | None = None
     stop_sent = 0.0
+    cut = False  # (cut short for the cost cap)
     last_budget = time.monotonic()
-    # the cap holds even if the script takes the whole grace period to end
-    lookahead = sample_every + grace
+    looks = _LookGap()
     kill_after = grace + _KILL_MARGIN  # the runner's own SIGKILL comes after ``grace``
     # as it starts: a job shorter than the interval has samples (looked for again a few
     # times while its runner starts the processes)
@@ -1071,6 +1077,7 @@ def _watch(
             if running.poll() is not None:
                 continue
             mono = time.monotonic()
+            looks.saw(mono)
             if mono - last_sample >= sample_every:
                 last_sample = mono
                 observer.sample(running.pid)
@@ -1110,7 +1117,9 @@ def _watch(
                     stopping = "stopped"
                 elif deadline and time.time() >= deadline and not clock.waiting:
                     stopping = "timeout"
-                elif not clock.waiting and cap.reached(time.time(), lookahead):
+                elif not clock.waiting and cap.reached(
+                    time.time(), looks.gap + grace + running.stop_latency()
+                ):  # (it holds even if the script takes the whole grace to end)
                     stopping = "budget"
                 elif cap.price > 0 and mono - last_budget >= defaults.BUDGET_POLL:
                     last_budget = mono  # a budget set while the job runs counts too
@@ -1144,6 +1153,14 @@ def _watch(
                     store.add_event(job.id, f"{what}: SIGTERM, then SIGKILL after {grace:g}s")
                     running.stop()
                     stop_sent = mono
+            elif (
+                stopping == "budget"
+                and not cut
+                and cap.reached(time.time(), looks.gap + running.cut_latency())
+            ):  # the runner's last upload outlasts what the cap could give it
+                cut = True
+                store.add_event(job.id, f"{cap.reason()}: the attempt is cut short")
+                running.cut()
             elif mono - stop_sent >= kill_after:
                 running.kill()
                 # again only after a while: a provider's cancel is a request, not a signal
@@ -1163,6 +1180,22 @@ _FIRST_SAMPLE_WITHIN = 5.0  # ... for at most this long
 _POLL_REMOTE = 0.25  # s between polls of an attempt that gives nothing to wait on
 _ABANDON_WAIT = 600.0  # s an abandoned attempt is waited for after its kill
 _KILL_AGAIN = 30.0  # s between kills of an attempt that has not ended after the first
+
+
+class _LookGap:
+    """The longest time lately between two looks of :func:`_watch` at its attempt (a busy
+    machine makes them late); it loses a share of its length at each look."""
+
+    def __init__(self) -> None:
+        self.gap = defaults.HEARTBEAT_INTERVAL  # (until looks say otherwise)
+        self._last = time.monotonic()
+
+    def saw(self, now: float) -> None:
+        self.gap = max(now - self._last, self.gap * _GAP_DECAY)
+        self._last = now
+
+
+_GAP_DECAY = 0.95
 
 
 class _WaitClock:

@@ -97,14 +97,16 @@ def test_max_cost_ends_the_providers_job(
     cloud: tuple[str, dict[str, Any]], project: Path, tmp_path: Path
 ) -> None:
     name, place = cloud
-    ferry("config", "set", "telemetry.interval", "1s")
-    _long(project, tmp_path, ", max_cost: 0.0005")  # (a CPU machine: a few seconds of it)
+    cap = 0.0012  # USD: about 20 s of the CPU machine either cloud gives this job
+    _long(project, tmp_path, f", max_cost: {cap}")
     job_id = submit("--backend", name, "job.yaml", cwd=project)
     status = wait_for(
         lambda: (s := job_status(job_id))["status"] == "FAILED" and s, 180, "the cost cap"
     )
     assert status["reason"].startswith("budget reached"), status["reason"]
-    assert status["cost"] <= 0.0005, status
+    # never above the cap (on a busy machine too: the stop counts how late the looks come),
+    # and not so far below it that the job hardly ran
+    assert cap / 4 < status["cost"] <= cap, status
     _nothing_left(name, place["server"], job_id)
 
 
