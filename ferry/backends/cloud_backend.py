@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from ferry import config
 from ferry.backends.base import Backend, RunningAttempt
-from ferry.backends.cloud import CloudRun, Refused, choose, forget_secrets
+from ferry.backends.cloud import choose, forget_secrets
+from ferry.backends.cloud_run import CloudRun, Refused
 from ferry.errors import DoesNotFit, FerryError
 
 if TYPE_CHECKING:

@@ -29,7 +29,6 @@ instance's on-demand price (for managed spot, those seconds already carry the di
 from __future__ import annotations
 
 import contextlib
-import datetime
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,8 +36,6 @@ from typing import TYPE_CHECKING, Any
 from ferry import config
 from ferry.backends.base import Exit, LaunchRequest, RunningAttempt
 from ferry.backends.cloud import (
-    CloudRun,
-    Seen,
     bucket_root,
     choose,
     env_for,
@@ -53,10 +50,13 @@ from ferry.backends.cloud_backend import (
     bundle_said,
     shown_request,
 )
+from ferry.backends.cloud_run import CloudRun, Seen
 from ferry.backends.sagemaker_api import (
     SageMakerJobs,
     bucket_region,
+    epoch_of,
     in_region,
+    latest_words,
     region,
     region_of,
     require_sdk,
@@ -142,8 +142,8 @@ class SageMakerRun(CloudRun):
             if set(history) & _INTERRUPTED:  # (now, or SageMaker restarted it since)
                 return self._interrupted(state, reason)
             phase = Seen.PENDING if secondary in _WAITING else Seen.RUNNING
-            started = _epoch(data.get("TrainingStartTime"))  # (what SageMaker bills from)
-            return Seen(phase, state, _latest(data), started=started)
+            started = epoch_of(data.get("TrainingStartTime"))  # (what SageMaker bills from)
+            return Seen(phase, state, latest_words(data), started=started)
         if data.get("BillableTimeInSeconds") is not None:
             self._billed = float(data["BillableTimeInSeconds"])
         capacity = any(w in reason.lower() for w in _CAPACITY_WORDS)
@@ -159,7 +159,7 @@ class SageMakerRun(CloudRun):
             Seen.ENDED,
             state,
             said,
-            ended=_epoch(data.get("TrainingEndTime")),
+            ended=epoch_of(data.get("TrainingEndTime")),
             succeeded=status == "Completed",
             no_capacity=capacity and not started,
             preempted=(capacity and started) or interrupted,
@@ -202,19 +202,6 @@ class SageMakerRun(CloudRun):
         if self._billed is not None and rate is not None:
             ended = replace(ended, billed=rate * self._billed / 3600)
         return ended
-
-
-def _epoch(at: object) -> float | None:
-    """A time boto3 gives (a datetime) in seconds since the epoch; None for none."""
-    return float(at.timestamp()) if isinstance(at, datetime.datetime) else None
-
-
-def _latest(data: dict[str, Any]) -> str:
-    """SageMaker's last words on the job's progress (its StatusMessage)."""
-    transitions = data.get("SecondaryStatusTransitions") or []
-    if transitions:
-        return str(transitions[-1].get("StatusMessage") or "")
-    return ""
 
 
 def _on_demand(option: Option | None, nodes: int) -> float | None:

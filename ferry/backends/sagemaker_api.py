@@ -5,6 +5,7 @@ a job's CloudWatch log, and where a job runs (its bucket's region)."""
 from __future__ import annotations
 
 import contextlib
+import datetime
 import functools
 import os
 import re
@@ -295,3 +296,16 @@ def in_region(plan: Plan, where: str | None) -> Plan:
     if not where:
         return plan
     return replace(plan, resources=replace(plan.resources, regions=(where,)))
+
+
+def epoch_of(at: object) -> float | None:
+    """A time boto3 gives (a datetime) in seconds since the epoch; None for none."""
+    return float(at.timestamp()) if isinstance(at, datetime.datetime) else None
+
+
+def latest_words(data: dict[str, Any]) -> str:
+    """SageMaker's last words on the job's progress (its StatusMessage)."""
+    transitions = data.get("SecondaryStatusTransitions") or []
+    if transitions:
+        return str(transitions[-1].get("StatusMessage") or "")
+    return ""

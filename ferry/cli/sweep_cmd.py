@@ -134,7 +134,8 @@ def _words(params: list[list[str]], targets: list[str]) -> tuple[list[str], list
 def _new(args: argparse.Namespace, path: str) -> int:
     from ferry import config
     from ferry.errors import UsageError
-    from ferry.spec import SweepSection, load_spec
+    from ferry.spec import load_spec
+    from ferry.spec_sections import SweepSection
     from ferry.sweeps.params import parse_params
     from ferry.sweeps.study import Search, parse_objective
 

@@ -29,7 +29,8 @@ from ferry.runner.machine import STAGING_FILE
 from ferry.status import describe_exit
 
 if TYPE_CHECKING:
-    from ferry.controller.attempts import Control, supervise
+    from ferry.controller.attempts import supervise
+    from ferry.controller.watch import Control
 
 
 def __getattr__(name: str) -> Any:

@@ -209,6 +209,15 @@ def cloud(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
     return name, request.getfixturevalue(f"on_{name}")
 
 
+def ready(request: pytest.FixtureRequest, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make ready the place backend ``name``'s jobs go to: the session's Ray head (through
+    RAY_ADDRESS), or a cloud's test server with a bucket of the test's own."""
+    if name == "ray":
+        monkeypatch.setenv("RAY_ADDRESS", request.getfixturevalue("ray_head"))
+    elif name in ("vertex", "sagemaker"):
+        request.getfixturevalue(f"on_{name}")
+
+
 def provider_job(name: str, server: Any, job_id: str) -> Any:
     """The last provider job (custom job, training job) made for Ferry's job ``job_id`` on
     the cloud ``name``'s test server."""

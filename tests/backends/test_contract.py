@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.backends.conftest import SCRIPT
+from tests.backends.conftest import SCRIPT, ready
 from tests.conftest import (
     ferry,
     ferry_json,
@@ -49,10 +49,7 @@ def backend(
     request: pytest.FixtureRequest, home: Path, project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> str:
     """The backend under test, with the place its jobs go to ready."""
-    if request.param == "ray":
-        monkeypatch.setenv("RAY_ADDRESS", request.getfixturevalue("ray_head"))
-    if request.param in CLOUDS:
-        request.getfixturevalue(CLOUDS[request.param])
+    ready(request, request.param, monkeypatch)
     (project / "train.py").write_text(SCRIPT)
     return str(request.param)
 

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from ferry.contract.variables import DIFFERENCES, is_contract
+from tests.backends.conftest import ready
 from tests.conftest import ferry, job_logs
 
 DUMP = """
@@ -35,10 +36,7 @@ def elsewhere(
     request: pytest.FixtureRequest, home: Path, project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> str:
     """A backend other than local, with the place its jobs go to ready."""
-    if request.param == "ray":
-        monkeypatch.setenv("RAY_ADDRESS", request.getfixturevalue("ray_head"))
-    else:
-        request.getfixturevalue(f"on_{request.param}")
+    ready(request, request.param, monkeypatch)
     (project / "dump.py").write_text(DUMP)
     return str(request.param)
 
