@@ -135,7 +135,7 @@ class RunningAttempt(abc.ABC):
 
 # s a stop takes beyond the grace for a runner on this machine: the notice is a line on its
 # pipe, its end comes back on it, and what it records last is written here
-STOP_LATENCY_HERE = 1.0
+STOP_LATENCY_HERE = 0.5
 
 
 class Backend(abc.ABC):

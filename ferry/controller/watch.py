@@ -77,7 +77,7 @@ def watch(
     stop_sent = 0.0
     cut = False  # (cut short for the cost cap)
     last_budget = time.monotonic()
-    looks = _LookGap()
+    looks = _LookGap(min(defaults.HEARTBEAT_INTERVAL, control.control_poll))
     kill_after = grace + _KILL_MARGIN  # the runner's own SIGKILL comes after ``grace``
     # as it starts: a job shorter than the interval has samples (looked for again a few
     # times while its runner starts the processes)
@@ -229,8 +229,8 @@ class _LookGap:
     """The longest time lately between two looks of :func:`_watch` at its attempt (a busy
     machine makes them late); it loses a share of its length at each look."""
 
-    def __init__(self) -> None:
-        self.gap = defaults.HEARTBEAT_INTERVAL  # (until looks say otherwise)
+    def __init__(self, planned: float) -> None:
+        self.gap = planned  # (the longest wait the loop plans, until looks say otherwise)
         self._last = time.monotonic()
 
     def saw(self, now: float) -> None:

@@ -116,7 +116,8 @@ class Job:
 
 
 def _stamp(t: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+    """A time as the REST API writes a protobuf Timestamp (RFC 3339, to the microsecond)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1e6):06d}Z"
 
 
 class VertexServer:

@@ -29,7 +29,7 @@ SAVER = textwrap.dedent("""
 def _price(per_second: float) -> None:
     ferry("config", "set", "local.price_hour", str(per_second * 3600))
     ferry("config", "set", "telemetry.interval", "1s")
-    ferry("config", "set", "local.stop_grace", "1s")  # the cap looks ahead interval + grace
+    ferry("config", "set", "local.stop_grace", "1s")  # (the cap looks ahead the grace too)
 
 
 def test_a_job_is_stopped_by_its_budget_and_can_save_first(home: Path, project: Path) -> None:
@@ -40,7 +40,7 @@ def test_a_job_is_stopped_by_its_budget_and_can_save_first(home: Path, project: 
         lambda: (s := job_status(job_id))["status"] == "FAILED" and s, 60, "the budget stop"
     )
     assert data["reason"] == "budget reached: 3.00 USD"
-    assert 0.9 <= data["cost"] <= 3.0  # stopped before interval + grace would pass the cap
+    assert 0.9 <= data["cost"] <= 3.0  # stopped before what a stop takes would pass the cap
     assert data["attempts"][0]["price"] == 3600.0
     assert any("budget reached: 3.00 USD, stopping the attempt" in e["message"]
                for e in data["events"])  # fmt: skip
