@@ -306,7 +306,11 @@ def follow_secrets(store: Store, job_id: str) -> None:
     except Exception:  # (the store failing: following the job says so)
         traceback.print_exc()
         return
-    _forgotten(held_secrets.follow(job_id, submitted_env(job) or {}, job.plan.secrets))
+    secrets = job.plan.secrets
+    # (the job's environment is read only where a secret is known here: its own, or one
+    # another job declared, which this job's environment may hold too)
+    environ = (submitted_env(job) or {}) if secrets or held_secrets.names() else {}
+    _forgotten(held_secrets.follow(job_id, environ, secrets))
 
 
 def unfollow_secrets(job_id: str) -> None:
