@@ -161,13 +161,19 @@ class Backend(abc.ABC):
         """Refuse a spec that uses a feature this backend does not honour."""
         for feature, why in features_used(spec).items():
             if feature not in self.features:
-                hint = "remove it from the spec, or choose another backend"
                 if feature == "paths.container" and self.provider_paths:
                     from ferry.contract.container_paths import MARKER_WORDS
 
                     words = " and ".join(MARKER_WORDS[m] for m in sorted(self.provider_paths))
-                    hint = f"its machines have {words} of their own: leave paths at auto"
-                raise Unsupported(f"the {self.name} backend does not support {why} yet", hint)
+                    raise Unsupported(
+                        f"the {self.name} backend makes no {why}: its machines have {words} "
+                        "of their own",
+                        "leave paths at auto",
+                    )
+                raise Unsupported(
+                    f"the {self.name} backend does not support {why} yet",
+                    "remove it from the spec, or choose another backend",
+                )
 
     def resolve_paths(self, spec: JobSpec, code: Path) -> JobSpec:
         """``spec`` with ``paths: auto`` decided on its snapshot ``code``: ``container``

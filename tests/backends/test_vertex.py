@@ -508,4 +508,5 @@ def test_code_that_needs_paths_vertex_lacks_is_refused_before_any_plan(
         "run", "--backend", "vertex", "--paths", "container", "--", "true", cwd=project
     )
     line = assert_one_line_error(explicit, 1)
-    assert "have /gcs/ (Vertex AI's Cloud Storage FUSE paths) of their own" in line, line
+    assert "makes no container paths (paths: container): its machines have /gcs/" in line, line
+    assert line.endswith("(leave paths at auto)"), line
