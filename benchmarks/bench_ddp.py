@@ -22,6 +22,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 from _common import BIN_DIR, FERRY_EXE, child_env, emit, interleaved, log, sandbox, skipped
 
@@ -103,26 +104,36 @@ def main() -> int:
             "torchrun": [torchrun, "--standalone", "--nproc_per_node", "2", "train.py"],
             "ferry": [FERRY_EXE, "run", "job.yaml"],
         }
-        for name, argv in cases.items():  # warm-up: caches, bytecode, the launcher
-            rate(argv, code, name)
-        samples = interleaved(list(cases), RUNS, lambda name: rate(cases[name], code, name))
-        log(", ".join(f"{n} {statistics.median(v):.1f} steps/s" for n, v in samples.items()))
-    ratio = statistics.median(samples["ferry"]) / statistics.median(samples["torchrun"])
-    emit(
-        {
-            "bench": "ddp",
-            "metric": "ratio",
-            "value": round(ratio, 3),
-            "unit": "x",
-            "budget": BUDGET,
-            "rule": ">=",
-            "ok": ratio >= BUDGET,
-            "ferry_steps_per_s": sorted(samples["ferry"]),
-            "baseline_torchrun_steps_per_s": sorted(samples["torchrun"]),
-            "runs_aborted_at_exit_and_rerun": {name: ABORTED.get(name, 0) for name in cases},
-        }
-    )
+        samples = measured(cases, code, RUNS)
+    emit(against_torchrun("ddp", "ferry", samples))
     return 0
+
+
+def measured(cases: dict[str, list[str]], code: Path, runs: int) -> dict[str, list[float]]:
+    """Each case's rates over ``runs`` interleaved runs in ``code``, after a warm-up run
+    of each (caches, bytecode, the launcher, a Ray head's workers)."""
+    for name, argv in cases.items():
+        rate(argv, code, name)
+    samples = interleaved(list(cases), runs, lambda name: rate(cases[name], code, name))
+    log(", ".join(f"{n} {statistics.median(v):.1f} steps/s" for n, v in samples.items()))
+    return samples
+
+
+def against_torchrun(bench: str, ours: str, samples: dict[str, list[float]]) -> dict[str, Any]:
+    """The result line: the median rate of case ``ours`` against torchrun's."""
+    ratio = statistics.median(samples[ours]) / statistics.median(samples["torchrun"])
+    return {
+        "bench": bench,
+        "metric": "ratio",
+        "value": round(ratio, 3),
+        "unit": "x",
+        "budget": BUDGET,
+        "rule": ">=",
+        "ok": ratio >= BUDGET,
+        f"{ours}_steps_per_s": sorted(samples[ours]),
+        "baseline_torchrun_steps_per_s": sorted(samples["torchrun"]),
+        "runs_aborted_at_exit_and_rerun": {name: ABORTED.get(name, 0) for name in samples},
+    }
 
 
 if __name__ == "__main__":

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import statistics
 import sys
 
-from _common import BIN_DIR, FERRY_EXE, emit, interleaved, log, sandbox, skipped, timed_run
-from bench_ddp import ABORTED, BUDGET, JOB, SCRIPT, rate
+from _common import BIN_DIR, FERRY_EXE, emit, sandbox, skipped, timed_run
+from bench_ddp import BUDGET, JOB, SCRIPT, against_torchrun, measured
 
 RUNS = 3
 
@@ -42,27 +41,10 @@ def main() -> int:
             "ferry_on_ray": [FERRY_EXE, "run", "--backend", "ray", "job.yaml"],
         }
         try:
-            for name, argv in cases.items():  # warm-up: caches, bytecode, the Ray workers
-                rate(argv, code, name)
-            samples = interleaved(list(cases), RUNS, lambda name: rate(cases[name], code, name))
+            samples = measured(cases, code, RUNS)
         finally:
             head.stop()
-        log(", ".join(f"{n} {statistics.median(v):.1f} steps/s" for n, v in samples.items()))
-    ratio = statistics.median(samples["ferry_on_ray"]) / statistics.median(samples["torchrun"])
-    emit(
-        {
-            "bench": "ddp_ray",
-            "metric": "ratio",
-            "value": round(ratio, 3),
-            "unit": "x",
-            "budget": BUDGET,
-            "rule": ">=",
-            "ok": ratio >= BUDGET,
-            "ferry_on_ray_steps_per_s": sorted(samples["ferry_on_ray"]),
-            "baseline_torchrun_steps_per_s": sorted(samples["torchrun"]),
-            "runs_aborted_at_exit_and_rerun": {name: ABORTED.get(name, 0) for name in cases},
-        }
-    )
+    emit(against_torchrun("ddp_ray", "ferry_on_ray", samples))
     return 0
 
 

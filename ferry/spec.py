@@ -17,9 +17,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
-from ferry.accelerators import Accelerator, parse_accelerator
 from ferry.errors import SpecError
-from ferry.units import expand_home, parse_duration, parse_size
+from ferry.units import expand_home, parse_duration
 
 # Ferry's models use no pydantic plugins. Said so while they are defined (and put back at
 # the end of this module), pydantic skips reading every installed package's entry points to
@@ -32,10 +31,12 @@ _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _INPUT_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,62}$")
 
 
-# (the optional sections, alerts to sweep, are in ferry/spec_sections.py)
+# (its sections, the environment and resources to a sweep, are in ferry/spec_sections.py)
 from ferry.spec_sections import (  # noqa: E402 - imported while the plugins are off
     SPEC_CONFIG,
     Alerts,
+    Environment,
+    Resources,
     Simulate,
     SweepSection,
     Tracking,
@@ -44,132 +45,6 @@ from ferry.spec_sections import (  # noqa: E402 - imported while the plugins are
 
 class _Model(BaseModel):
     model_config = SPEC_CONFIG
-
-
-class Environment(_Model):
-    """Where the command's software comes from; exactly one of the three."""
-
-    python: Literal["current"] | None = None  # the interpreter and packages Ferry runs in
-    requirements: str | None = None  # a requirements.txt inside `code`
-    image: str | None = None  # a container image
-    # on a cloud: the provider's prebuilt image of this framework ("pytorch==2.4"); the
-    # job's requirements are installed into it
-    framework: str | None = None
-
-    @model_validator(mode="after")
-    def _one_kind(self) -> Environment:
-        chosen = [k for k in ("python", "requirements", "image") if getattr(self, k)]
-        if len(chosen) > 1:
-            raise ValueError(
-                f"choose one of python, requirements, image, not {' and '.join(chosen)}"
-            )
-        if self.framework is not None:
-            if self.image:
-                raise ValueError("framework picks a prebuilt image: give it or image, not both")
-            from ferry.packaging.images import parse_framework
-
-            try:
-                parse_framework(self.framework)
-            except SpecError as exc:
-                why = exc.message.split(": ", 1)[-1]  # (the field is said by the caller)
-                raise ValueError(f"framework {why}; {exc.hint}") from None
-        return self
-
-    @property
-    def kind(self) -> str:
-        """``"python"``, ``"requirements"`` or ``"image"``."""
-        for key in ("requirements", "image"):
-            if getattr(self, key):
-                return key
-        return "python"
-
-
-class Resources(_Model):
-    """What one node of the job needs."""
-
-    accelerator: str | None = None  # canonical "A100:1" / "tpu-v5e-8"
-    cpus: float | None = Field(default=None, gt=0, le=100_000, allow_inf_nan=False)
-    memory: int | None = None  # bytes
-    # true: spot capacity; "flex": flex-start capacity (waits for the machines, then runs
-    # without preemption; Vertex AI's Dynamic Workload Scheduler)
-    spot: bool | Literal["flex"] = False
-    nodes: int = Field(default=1, ge=1, le=10_000)
-    # processes per node (a gang with nodes); None: one per GPU of the node, or 1
-    procs_per_node: int | None = Field(default=None, ge=1, le=1024)
-    # where a cloud offering may come from (empty: anywhere); used by --backend auto
-    providers: tuple[str, ...] = ()
-    regions: tuple[str, ...] = ()
-
-    @field_validator("providers", "regions", mode="before")
-    @classmethod
-    def _places(cls, value: object) -> object:
-        return (value,) if isinstance(value, str) else value
-
-    @field_validator("spot", mode="before")
-    @classmethod
-    def _spot(cls, value: object) -> object:
-        words = {"flex": "flex", "true": True, "yes": True, "on": True, "1": True}
-        words.update({"false": False, "no": False, "off": False, "0": False})
-        if isinstance(value, str) and value.strip().lower() in words:
-            return words[value.strip().lower()]
-        if isinstance(value, bool) or value is None or value in (0, 1):
-            return bool(value)
-        raise ValueError(f"expected true, false or flex, not {value!r}")
-
-    @property
-    def flex_start(self) -> bool:
-        """Whether the job asks for flex-start capacity (``spot: flex``)."""
-        return self.spot == "flex"
-
-    @field_validator("providers")
-    @classmethod
-    def _providers(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        from ferry.backends.registry import PROVIDERS
-
-        for name in value:
-            if name not in PROVIDERS:
-                raise ValueError(f"unknown provider {name!r}; known: {', '.join(PROVIDERS)}")
-        return value
-
-    @field_validator("accelerator", mode="before")
-    @classmethod
-    def _accelerator(cls, value: object) -> str | None:
-        if value is None:
-            return None
-        from ferry.machines import parse_request
-
-        return str(parse_request(value))
-
-    @field_validator("memory", mode="before")
-    @classmethod
-    def _memory(cls, value: object) -> int | None:
-        if value is None:
-            return None
-        size = parse_size(value)
-        if size <= 0:
-            raise ValueError(f"expected a size above 0, not {value!r}")
-        return size
-
-    @property
-    def accelerator_request(self) -> Accelerator | None:
-        """The parsed accelerator, or ``None`` for a CPU-only job."""
-        return parse_accelerator(self.accelerator) if self.accelerator else None
-
-    @property
-    def gpu_count(self) -> int:
-        """GPUs per node (0 for CPU-only and TPU jobs)."""
-        acc = self.accelerator_request
-        return acc.count if acc and not acc.is_tpu else 0
-
-    @model_validator(mode="after")
-    def _shares(self) -> Resources:
-        gpus, procs = self.gpu_count, self.procs_per_node
-        if gpus and procs and gpus % procs:
-            raise ValueError(
-                f"{gpus} GPUs per node cannot be shared evenly by procs_per_node {procs};"
-                " ask for a multiple of procs_per_node GPUs"
-            )
-        return self
 
 
 class Input(_Model):

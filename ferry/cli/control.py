@@ -84,7 +84,7 @@ def cancel(args: argparse.Namespace) -> int:
 
 def _is_sweep(ref: str) -> bool:
     from ferry import config
-    from ferry.sweeps.driver import is_sweep_id
+    from ferry.sweeps.records import is_sweep_id
 
     return is_sweep_id(ref, config.ferry_home())
 
@@ -94,7 +94,8 @@ def _cancel_sweep(store: Any, sweep_id: str) -> list[str] | None:
     from ferry import config
     from ferry.errors import UsageError
     from ferry.followers import start
-    from ferry.sweeps.driver import Driver, load
+    from ferry.sweeps.driver import Driver
+    from ferry.sweeps.records import load
     from ferry.sweeps.study import require_optuna
 
     require_optuna()

@@ -157,7 +157,7 @@ def _new(args: argparse.Namespace, path: str) -> int:
         args.pruner or given.pruner,
         seed,
     )
-    from ferry.sweeps.driver import create
+    from ferry.sweeps.records import create
 
     grid = search.grid_size()
     trials = args.trials or given.trials or grid or 20
@@ -176,7 +176,7 @@ def _say(line: str) -> None:
 
 def _resume(args: argparse.Namespace, sweep_id: str) -> int:
     from ferry import config
-    from ferry.sweeps.driver import load
+    from ferry.sweeps.records import load
 
     sweep, study = load(sweep_id, config.ferry_home())
     return _drive(args, sweep, study, resume=True)
@@ -189,7 +189,8 @@ def _drive(args: argparse.Namespace, sweep: Any, study: Any, resume: bool = Fals
         return _detach(sweep.id)
     from ferry.cli._common import store_now
     from ferry.followers import start
-    from ferry.sweeps.driver import Driver, driving, uncancel
+    from ferry.sweeps.driver import Driver
+    from ferry.sweeps.records import driving, uncancel
 
     with driving(sweep.id, config.ferry_home()):
         _ready()
@@ -238,7 +239,7 @@ def _detach(sweep_id: str) -> int:
 
     from ferry import config
     from ferry.errors import FerryError, UsageError
-    from ferry.sweeps.driver import driven, log_path
+    from ferry.sweeps.records import driven, log_path
 
     home = config.ferry_home()
     if driven(sweep_id, home):
@@ -292,7 +293,8 @@ def _detach(sweep_id: str) -> int:
 
 def _ls(args: argparse.Namespace) -> int:
     from ferry import config
-    from ferry.sweeps.driver import SETTINGS, counted_trials
+    from ferry.sweeps.driver import counted_trials
+    from ferry.sweeps.records import SETTINGS
 
     home = config.ferry_home()
     rows: list[dict[str, Any]] = []
@@ -338,7 +340,8 @@ def _ls(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace, sweep_id: str) -> int:
     from ferry import config
     from ferry.cli._common import store_now
-    from ferry.sweeps.driver import CANCELLED, counted_trials, driven, load, spending, table
+    from ferry.sweeps.driver import counted_trials, spending, table
+    from ferry.sweeps.records import CANCELLED, driven, load
 
     sweep, study = load(sweep_id, config.ferry_home())
     rows = table(sweep, study)
@@ -403,7 +406,7 @@ def _columns(header: list[str], rows: list[list[str]], right: set[int]) -> list[
 def _plot(args: argparse.Namespace, sweep_id: str) -> int:
     from ferry import config
     from ferry.cli.sweep_plot import draw, sparkline_report
-    from ferry.sweeps.driver import load
+    from ferry.sweeps.records import load
 
     sweep, study = load(sweep_id, config.ferry_home())
     if not args.output:
@@ -422,7 +425,7 @@ def _best(args: argparse.Namespace, sweep_id: str, ended: str = "") -> int:
     from ferry import config
     from ferry.errors import FerryError
     from ferry.spec import spec_from_dict
-    from ferry.sweeps.driver import JOB, load
+    from ferry.sweeps.records import JOB, load
 
     sweep, study = load(sweep_id, config.ferry_home())
     done = [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"]

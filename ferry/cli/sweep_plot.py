@@ -14,8 +14,8 @@ import math
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ferry.sweeps.driver import Sweep
     from ferry.sweeps.params import Param
+    from ferry.sweeps.records import Sweep
 
 
 def history(sweep: Sweep, study: Any) -> dict[str, list[tuple[int, float]]]:

@@ -189,7 +189,7 @@ def test_the_trials_hyperparameters_leave_out_what_was_not_drawn() -> None:
 
 def test_a_sweeps_conditions_are_kept_for_resume(home: Path, project: Path) -> None:
     from ferry.spec import spec_from_dict
-    from ferry.sweeps.driver import create, load
+    from ferry.sweeps.records import create, load
 
     search = Search(tuple(parse_params(SPACE)), parse_objective("loss:min"), "random", seed=1)
     spec = spec_from_dict({"name": "clf", "command": ["python", "clf.py"], "code": str(project)})
