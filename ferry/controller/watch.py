@@ -10,6 +10,7 @@ import os
 import signal
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ferry import config, defaults
@@ -17,8 +18,10 @@ from ferry.backends.base import RunningAttempt
 from ferry.controller.budget import CostCap
 from ferry.controller.jobs import _S, take_preempt_request
 from ferry.controller.observe import Observer
+from ferry.controller.policy import Ended, Outcome
 from ferry.procs import hostname
 from ferry.runner.machine import LiveSync, checkpoints_mtime
+from ferry.status import describe_exit
 from ferry.store import Job, Store
 from ferry.units import format_duration
 
@@ -305,3 +308,50 @@ def _hard_budget_spent(store: Store) -> bool:
 def _woken(control: Control) -> bool:
     woken, control.woken = control.woken, False
     return woken
+
+
+def ended_of(
+    outcome: str,
+    ended_as: Exit,
+    contract: str,
+    failure_file: Path,
+    max_runtime: float | None,
+    observer: Observer,
+    cap: CostCap,
+) -> Ended:
+    """How the attempt ended, in the policy's terms, with the words that go with it:
+    :func:`watch`'s ``outcome`` (why it stopped the attempt, or ``exited``) and the end."""
+    from ferry.contract import sagemaker
+
+    code = ended_as.code
+    if outcome == "exited":  # (when the controller stopped it, its reason comes first)
+        if ended_as.outcome == ended_as.LOST:
+            return Ended(Outcome.LOST, code, ended_as.reason)
+        if ended_as.outcome == ended_as.PREEMPTED:
+            return Ended(Outcome.PREEMPTED, code, ended_as.reason)
+        if ended_as.outcome == ended_as.PROVIDER_FAILED:
+            return Ended(Outcome.PROVIDER_FAILED, code, ended_as.reason)
+        if ended_as.outcome == ended_as.NO_CAPACITY:
+            return Ended(Outcome.NO_CAPACITY, code, ended_as.reason)
+        marker = ended_as.said or sagemaker.failure_text(failure_file)
+        if marker:  # the script said why it failed, as on SageMaker
+            where = "/opt/ml/output/failure" if contract == "sagemaker" else "FERRY_FAILURE_FILE"
+            return Ended(Outcome.EXITED, code, said=(marker, where))
+        return Ended(Outcome.EXITED, code, ended_as.reason if code else "")
+    if outcome == "preempted":
+        return Ended(Outcome.PREEMPTED, code, observer.preempted_by or "")
+    if outcome == "cancelled":
+        return Ended(Outcome.CANCELLED, code)
+    if outcome == "timeout":
+        return Ended(
+            Outcome.TIMED_OUT, code, f"max_runtime {format_duration(max_runtime or 0)} reached"
+        )
+    if outcome == "budget":
+        return Ended(Outcome.BUDGET, code, cap.reason())
+    if outcome == "monthly":
+        reason = f"monthly budget reached: {config.get('budget.monthly') or 0:.2f} USD"
+        return Ended(Outcome.MONTHLY_BUDGET, code, reason)
+    if outcome == "alert" and observer.stopped_by:
+        return Ended(Outcome.ALERT, code, f"stopped on alert: {observer.stopped_by.message}")
+    # stopped on an alert whose message is gone: what the log says
+    return Ended(Outcome.ALERT, code, ended_as.reason or describe_exit(code or 0))
